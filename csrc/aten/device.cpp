@@ -1,0 +1,254 @@
+// Device guard, PrivateUse1 hooks and generators of the `neuron` device.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/CallOnce.h>
+
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "aten/neuron.h"
+#include "runtime/memory.h"
+#include "runtime/platform.h"
+#include "runtime/stream.h"
+
+namespace torch_neuronx {
+
+namespace rt = neuron::rt;
+
+void rethrow_runtime_error(const rt::Error& e) {
+  switch (e.code()) {
+    case rt::ErrorCode::kOutOfMemory:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+    case rt::ErrorCode::kInvalidArgument:
+      TORCH_CHECK_VALUE(false, e.what());
+    default:
+      TORCH_CHECK(false, e.what());
+  }
+}
+
+// ---- devices ------------------------------------------------------------------------
+
+namespace {
+thread_local c10::DeviceIndex tls_device = 0;
+// Current stream per device on this thread (CUDA semantics: thread-local).
+thread_local std::vector<rt::StreamId> tls_streams;
+
+rt::StreamId& current_stream_slot(c10::DeviceIndex d) {
+  if (tls_streams.size() <= static_cast<size_t>(d)) tls_streams.resize(static_cast<size_t>(d) + 1, rt::kDefaultStream);
+  return tls_streams[static_cast<size_t>(d)];
+}
+}  // namespace
+
+c10::DeviceIndex device_count() noexcept { return static_cast<c10::DeviceIndex>(rt::device_count()); }
+
+void check_device_index(c10::DeviceIndex index) { rt_call([&] { rt::check_device(index); }); }
+
+c10::DeviceIndex current_device() { return tls_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  tls_device = index;
+}
+
+void lazy_init() {
+  if (C10_UNLIKELY(!rt::is_initialized() || rt::in_bad_fork())) {
+    rt_call([] { rt::initialize(); });
+    install_kernel_cpu_allocator();
+  }
+}
+
+namespace {
+
+struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNeuron; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.type() == kNeuron);
+    c10::Device old = getDevice();
+    if (old.index() != d.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kNeuron, tls_device); }
+  void setDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.type() == kNeuron);
+    set_current_device(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { tls_device = d.index(); }
+
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, d, current_stream_slot(d.index()));
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, d, rt::kDefaultStream);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    return getNewStream(d, high_priority ? rt::kHighestPriority : rt::kLowestPriority);
+  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    lazy_init();
+    c10::DeviceIndex idx = d.has_index() ? d.index() : tls_device;
+    auto id = rt_call([&] { return rt::stream_create(idx, priority); });
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, idx), id);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    check_device_index(s.device_index());
+    TORCH_CHECK(rt::stream_exists(s.device_index(), s.id()), "Stream ", s.id(), " does not exist on neuron:",
+                static_cast<int>(s.device_index()), ".");
+    rt::StreamId& slot = current_stream_slot(s.device_index());
+    c10::Stream old(c10::Stream::UNSAFE, s.device(), slot);
+    slot = s.id();
+    return old;
+  }
+
+  void destroyEvent(void* event, const c10::DeviceIndex /*unused*/) const noexcept override {
+    delete static_cast<rt::Event*>(event);
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "Event device index ", static_cast<int>(device_index), " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
+    if (*event == nullptr) *event = new rt::Event(flag == c10::EventFlag::BACKEND_DEFAULT);
+    auto* ev = static_cast<rt::Event*>(*event);
+    rt_call([&] { ev->record(stream.device_index(), stream.id()); });
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;
+    rt_call([&] { rt::stream_wait_event(stream.device_index(), stream.id(), *static_cast<rt::Event*>(event)); });
+  }
+  bool queryEvent(void* event) const override {
+    return event == nullptr || static_cast<rt::Event*>(event)->query();
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) static_cast<rt::Event*>(event)->synchronize();
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*unused*/) const override {
+    TORCH_CHECK_VALUE(start != nullptr && end != nullptr,
+                      "Both events must be recorded before calculating elapsed time.");
+    return rt_call([&] { return static_cast<rt::Event*>(start)->elapsed_ms(*static_cast<rt::Event*>(end)); });
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  bool queryStream(const c10::Stream& s) const override {
+    return rt_call([&] { return rt::stream_query(s.device_index(), s.id()); });
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    rt_call([&] { rt::stream_synchronize(s.device_index(), s.id()); });
+  }
+  void synchronizeDevice(const c10::DeviceIndex d) const override {
+    rt_call([&] { rt::device_synchronize(d); });
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& /*unused*/, const c10::Stream& /*unused*/) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
+
+// ---- generators ---------------------------------------------------------------------
+
+// A neuron generator owns a CPU (mt19937) generator. Random kernels run as CPU code
+// on device memory and draw from it, so a seed gives the same numbers whichever path
+// (explicit kernel or fallback) an op takes, and the same numbers as CPU.
+struct NeuronGeneratorImpl final : public c10::GeneratorImpl {
+  NeuronGeneratorImpl(c10::DeviceIndex d, uint64_t seed)
+      : c10::GeneratorImpl(c10::Device(kNeuron, d), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        cpu(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+
+  void set_current_seed(uint64_t seed) override { cpu.set_current_seed(seed); }
+  void set_offset(uint64_t offset) override { cpu.set_offset(offset); }
+  uint64_t get_offset() const override { return cpu.get_offset(); }
+  uint64_t current_seed() const override { return cpu.current_seed(); }
+  uint64_t seed() override { return cpu.seed(); }
+  void set_state(const c10::TensorImpl& state) override { cpu.unsafeGetGeneratorImpl()->set_state(state); }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override { return cpu.unsafeGetGeneratorImpl()->get_state(); }
+  static c10::DeviceType device_type() { return kNeuron; }
+
+  at::Generator cpu;
+
+ private:
+  NeuronGeneratorImpl* clone_impl() const override {
+    auto* g = new NeuronGeneratorImpl(device().index(), 0);
+    g->cpu = cpu.clone();
+    return g;
+  }
+};
+
+std::mutex g_gen_mu;
+std::deque<at::Generator>& default_gens() {
+  static std::deque<at::Generator> g;
+  return g;
+}
+
+}  // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex device) {
+  c10::DeviceIndex d = device < 0 ? current_device() : device;
+  check_device_index(d);
+  std::lock_guard<std::mutex> lock(g_gen_mu);
+  auto& gens = default_gens();
+  while (gens.size() < static_cast<size_t>(device_count())) {
+    gens.emplace_back(at::make_generator<NeuronGeneratorImpl>(static_cast<c10::DeviceIndex>(gens.size()),
+                                                              c10::default_rng_seed_val));
+  }
+  return gens[static_cast<size_t>(d)];
+}
+
+at::Generator new_generator(c10::DeviceIndex device) {
+  c10::DeviceIndex d = device < 0 ? current_device() : device;
+  check_device_index(d);
+  return at::make_generator<NeuronGeneratorImpl>(d, c10::default_rng_seed_val);
+}
+
+at::Generator cpu_generator_of(const at::Generator& g) {
+  auto* impl = dynamic_cast<NeuronGeneratorImpl*>(g.unsafeGetGeneratorImpl());
+  TORCH_CHECK(impl != nullptr, "Expected a 'neuron' device type for generator but found '", g.device().type(), "'");
+  return impl->cpu;
+}
+
+// ---- hooks --------------------------------------------------------------------------
+
+namespace {
+
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override { return default_generator(d); }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override { return new_generator(d); }
+  at::Device getDeviceFromPtr(void* data) const override { return device_of_ptr(data); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  bool hasPrimaryContext(c10::DeviceIndex /*unused*/) const override { return rt::is_initialized(); }
+  void init() const override { lazy_init(); }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    c10::DeviceIndex old = current_device();
+    if (d != old) set_current_device(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    c10::StorageImpl* s = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(s->resizable(), "Trying to resize storage that is not resizable");
+    c10::DeviceIndex d = s->device().index();
+    c10::DataPtr fresh = allocate_device_memory(d, newsize, c10::Device(kNeuron, d));
+    size_t keep = std::min(newsize, s->nbytes());
+    if (keep > 0) std::memcpy(fresh.get(), s->data(), keep);
+    s->set_data_ptr_noswap(std::move(fresh));
+    s->set_nbytes(newsize);
+  }
+};
+
+NeuronHooks g_hooks;
+
+struct RegisterHooks {
+  RegisterHooks() { at::RegisterPrivateUse1HooksInterface(&g_hooks); }
+} g_register_hooks;
+
+}  // namespace
+}  // namespace torch_neuronx

@@ -1,0 +1,131 @@
+// The boxed fallback: every aten op without an explicit neuron kernel runs here, as
+// ATen's CPU kernel over CPU aliases of the device tensors (see kernel.h). It is
+// counted per op (torch.neuron.get_fallback_ops()) and obeys the fallback policy.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "aten/kernel.h"
+
+namespace torch_neuronx {
+namespace {
+
+struct OpInfo {
+  OpCounter* counter;
+  std::string name;
+  bool allow_cpu;          // indexing ops accept CPU index tensors, as on CUDA
+  std::vector<bool> is_generator;  // per argument: Generator or Generator?
+};
+
+const OpInfo& info_for(const c10::OperatorHandle& op) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, std::unique_ptr<OpInfo>> cache;
+  const void* key = &op.schema();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  auto info = std::make_unique<OpInfo>();
+  const auto& name = op.operator_name();
+  info->name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+  info->counter = &op_counter(info->name);
+  info->allow_cpu = name.name == "aten::index" || name.name == "aten::index_put_" ||
+                    name.name == "aten::index_put" || name.name == "aten::_index_put_impl_" ||
+                    name.name == "aten::_unsafe_index" || name.name == "aten::_unsafe_index_put";
+  for (const auto& arg : op.schema().arguments()) {
+    c10::TypePtr t = arg.type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    info->is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
+  }
+  return *cache.emplace(key, std::move(info)).first->second;
+}
+
+bool is_optional_tensor_list(const c10::IValue& v) {
+  if (!v.isList()) return false;
+  c10::TypePtr elem = v.toList().elementType();
+  auto opt = elem->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  const OpInfo& info = info_for(op);
+  info.counter->executed.fetch_add(1, std::memory_order_relaxed);
+  info.counter->fallback.fetch_add(1, std::memory_order_relaxed);
+  apply_fallback_policy(info.name);
+
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t base = stack->size() - num_args;
+  KernelCall call(info.name.c_str(), info.allow_cpu);
+  std::deque<at::Tensor> originals;  // stable addresses for returned references
+
+  auto take = [&](const at::Tensor& t) -> at::Tensor {
+    originals.push_back(t);
+    return call.input(originals.back());
+  };
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isTensor()) {
+      v = take(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorVector()) list.push_back(take(t));
+      v = std::move(list);
+    } else if (is_optional_tensor_list(v)) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const c10::IValue& e : v.toListRef()) {
+        list.push_back(e.isTensor() ? std::optional<at::Tensor>(take(e.toTensor())) : std::nullopt);
+      }
+      v = std::move(list);
+    } else if (v.isDevice()) {
+      auto d = call.device_arg(v.toDevice());
+      v = *d;
+    }
+  }
+  call.begin();
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!info.is_generator[i]) continue;
+    c10::IValue& v = (*stack)[base + i];
+    std::optional<at::Generator> g;
+    if (v.isGenerator()) g = v.toGenerator();
+    v = *call.generator_arg(g);
+  }
+
+  try {
+    op.redispatchBoxed(cpu_keyset(), stack);
+  } catch (const c10::NotImplementedError& e) {
+    std::string msg = e.what_without_backtrace();
+    if (msg.find("'CPU' backend") != std::string::npos && msg.find(op.operator_name().name) != std::string::npos) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, info.name,
+                                  " is not supported on the neuron device: it has no CPU kernel for the simulated "
+                                  "NeuronCore to run. Move the inputs to CPU for this op. (", msg, ")");
+    }
+    throw;
+  }
+  call.finish();
+
+  const size_t num_returns = schema.returns().size();
+  const size_t rbase = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& v = (*stack)[rbase + i];
+    if (v.isTensor()) {
+      v = call.output(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorVector()) list.push_back(call.output(t));
+      v = std::move(list);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+}
+
+}  // namespace torch_neuronx

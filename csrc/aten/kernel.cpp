@@ -1,0 +1,259 @@
+// KernelCall (see kernel.h), op tracking and the fallback policy.
+#include "aten/kernel.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_neuronx {
+
+namespace {
+
+// A CPU TensorImpl over a neuron StorageImpl. TensorImpl takes its device from the
+// storage, so the subclass overrides it: kernels see a CPU tensor, the bytes stay put.
+struct CpuAliasImpl final : public c10::TensorImpl {
+  explicit CpuAliasImpl(const c10::TensorImpl* src)
+      : c10::TensorImpl(c10::Storage(src->storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), src->dtype()) {
+    device_opt_ = c10::Device(c10::kCPU);
+  }
+};
+
+void copy_view_bits(const c10::TensorImpl* from, c10::TensorImpl* to) {
+  to->set_sizes_and_strides(from->sizes(), from->strides(), from->storage_offset());
+  if (from->is_conj()) to->_set_conj(true);
+  if (from->is_neg()) to->_set_neg(true);
+}
+
+// A neuron tensor over the (already neuron) storage of `t`, with t's view metadata.
+at::Tensor neuron_view(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  auto out = c10::make_intrusive<c10::TensorImpl>(c10::Storage(impl->storage()),
+                                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), impl->dtype());
+  copy_view_bits(impl, out.get());
+  return at::Tensor(std::move(out));
+}
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  const c10::TensorImpl* src = t.unsafeGetTensorImpl();
+  auto impl = c10::make_intrusive<CpuAliasImpl>(src);
+  copy_view_bits(src, impl.get());
+  return at::Tensor(std::move(impl));
+}
+
+const c10::DispatchKeySet& cpu_keyset() {
+  static const c10::DispatchKeySet ks(c10::DispatchKey::CPU);
+  return ks;
+}
+
+at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
+  if (!t.defined()) return t;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  c10::Device d = impl->device();
+  if (d.type() == kNeuron) {
+    note_device(d);
+    saw_neuron_tensor_ = true;
+    at::Tensor a = cpu_alias(t);
+    aliases_.push_back({a.unsafeGetTensorImpl(), stable_ref ? &t : nullptr, impl, a});
+    return a;
+  }
+  // CPU scalars mix with device tensors, as they do with CUDA.
+  if (!(d.is_cpu() && (allow_cpu_ || impl->dim() == 0)) && !foreign_) foreign_ = d;
+  return t;
+}
+
+std::optional<c10::Device> KernelCall::device_arg(std::optional<c10::Device> d) {
+  if (!d.has_value()) return d;
+  if (d->type() == kNeuron) {
+    c10::DeviceIndex idx = d->has_index() ? d->index() : current_device();
+    check_device_index(idx);
+    explicit_device_ = idx;
+    return c10::Device(c10::kCPU);
+  }
+  if (d->is_cpu()) cpu_output_ = true;
+  return d;
+}
+
+std::optional<at::Generator> KernelCall::generator_arg(const std::optional<at::Generator>& g) {
+  if (!g.has_value() || !g->defined()) return cpu_generator_of(default_generator(device_));
+  TORCH_CHECK(g->device().type() == kNeuron, "Expected a 'neuron' device type for generator but found '",
+              g->device().type(), "'");
+  return cpu_generator_of(*g);
+}
+
+void KernelCall::note_device(c10::Device d) {
+  if (device_ < 0) device_ = d.index();
+  else if (d.index() != device_ && !other_neuron_) other_neuron_ = d;
+}
+
+void KernelCall::mismatch(c10::Device a, c10::Device b) const {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", a, " and ", b,
+              "! (in ", op_name_, ")");
+}
+
+void KernelCall::begin() {
+  if (other_neuron_) mismatch(c10::Device(kNeuron, device_), *other_neuron_);
+  if (foreign_ && saw_neuron_tensor_) mismatch(c10::Device(kNeuron, device_), *foreign_);
+  if (explicit_device_ >= 0) device_ = explicit_device_;
+  if (device_ < 0) device_ = current_device();
+  lazy_init();
+  if (!cpu_output_) scope_.emplace(device_);
+}
+
+at::Tensor KernelCall::output(at::Tensor t) {
+  if (!t.defined()) return t;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (const auto& e : aliases_) {
+    if (e.alias == impl) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.orig));
+  }
+  if (cpu_output_ || !impl->has_storage() || impl->device_type() != c10::kCPU) return t;
+  c10::StorageImpl* s = impl->storage().unsafeGetStorageImpl();
+  if (s->device_type() == kNeuron) return neuron_view(t);  // a view of an input
+  if (is_device_memory(s->data_ptr())) {                    // born in device memory
+    adopt_storage(s, device_);
+    return neuron_view(t);
+  }
+  // Host memory the kernel did not allocate through us (e.g. a cached constant): copy.
+  auto opts = t.options().device(c10::Device(kNeuron, device_));
+  at::Tensor out = t.is_non_overlapping_and_dense() ? at::empty_strided(t.sizes(), t.strides(), opts)
+                                                    : at::empty(t.sizes(), opts);
+  cpu_alias(out).copy_(t);
+  return out;
+}
+
+at::Tensor& KernelCall::output_ref(const at::Tensor& t) {
+  for (const auto& e : aliases_) {
+    if (e.alias == t.unsafeGetTensorImpl() && e.orig_ptr != nullptr) return const_cast<at::Tensor&>(*e.orig_ptr);
+  }
+  TORCH_INTERNAL_ASSERT(false, op_name_, ": kernel returned a reference to a tensor that is not an argument");
+}
+
+void KernelCall::finish() {
+  for (const auto& e : aliases_) {
+    c10::TensorImpl* a = e.alias;
+    c10::TensorImpl* o = e.orig;
+    if (a->storage().unsafeGetStorageImpl() != o->storage().unsafeGetStorageImpl()) {  // set_()
+      c10::StorageImpl* s = a->storage().unsafeGetStorageImpl();
+      if (s->device_type() != kNeuron) {
+        TORCH_CHECK(is_device_memory(s->data_ptr()), op_name_,
+                    ": cannot attach host memory to a neuron tensor; move the storage to the device first.");
+        adopt_storage(s, device_);
+      }
+      o->set_storage_keep_dtype(a->storage());
+    }
+    if (a->sizes() != o->sizes() || a->strides() != o->strides() || a->storage_offset() != o->storage_offset()) {
+      o->set_sizes_and_strides(a->sizes(), a->strides(), a->storage_offset());
+    }
+  }
+  scope_.reset();
+}
+
+// ---- op tracking ---------------------------------------------------------------------
+
+namespace {
+std::mutex g_ops_mu;
+std::deque<OpCounter>& counters() {
+  static std::deque<OpCounter> c;
+  return c;
+}
+std::unordered_map<std::string, OpCounter*>& counter_index() {
+  static std::unordered_map<std::string, OpCounter*> m;
+  return m;
+}
+
+std::vector<std::pair<std::string, uint64_t>> collect(bool fallback) {
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  std::map<std::string, uint64_t> out;
+  for (auto& c : counters()) {
+    uint64_t n = fallback ? c.fallback.load() : c.executed.load();
+    if (n > 0) out[c.name] = n;
+  }
+  return {out.begin(), out.end()};
+}
+
+FallbackPolicy initial_policy() {
+  const char* env = std::getenv("TORCH_NEURONX_FALLBACK_POLICY");
+  if (env == nullptr || *env == '\0') return FallbackPolicy::kSilent;
+  try {
+    return parse_fallback_policy(env);
+  } catch (const c10::Error&) {
+    TORCH_WARN("Ignoring TORCH_NEURONX_FALLBACK_POLICY='", env, "': use silent, warn or error.");
+    return FallbackPolicy::kSilent;
+  }
+}
+
+std::atomic<FallbackPolicy>& policy() {
+  static std::atomic<FallbackPolicy> p{initial_policy()};
+  return p;
+}
+}  // namespace
+
+OpCounter& op_counter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  auto& idx = counter_index();
+  auto it = idx.find(name);
+  if (it != idx.end()) return *it->second;
+  OpCounter& c = counters().emplace_back();
+  c.name = name;
+  idx.emplace(name, &c);
+  return c;
+}
+
+std::vector<std::pair<std::string, uint64_t>> executed_ops() { return collect(false); }
+std::vector<std::pair<std::string, uint64_t>> fallback_ops() { return collect(true); }
+
+void clear_op_tracking() {
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  for (auto& c : counters()) {
+    c.executed = 0;
+    c.fallback = 0;
+  }
+}
+
+FallbackPolicy fallback_policy() { return policy().load(std::memory_order_relaxed); }
+void set_fallback_policy(FallbackPolicy p) { policy().store(p); }
+
+FallbackPolicy parse_fallback_policy(const std::string& s) {
+  if (s == "silent") return FallbackPolicy::kSilent;
+  if (s == "warn") return FallbackPolicy::kWarn;
+  if (s == "error") return FallbackPolicy::kError;
+  TORCH_CHECK_VALUE(false, "Unknown fallback policy '", s, "'; use 'silent', 'warn' or 'error'.");
+}
+
+const char* fallback_policy_name(FallbackPolicy p) {
+  switch (p) {
+    case FallbackPolicy::kSilent: return "silent";
+    case FallbackPolicy::kWarn: return "warn";
+    case FallbackPolicy::kError: return "error";
+  }
+  return "silent";
+}
+
+void apply_fallback_policy(const std::string& op_name) {
+  FallbackPolicy p = fallback_policy();
+  if (p == FallbackPolicy::kSilent) return;
+  if (p == FallbackPolicy::kError) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, op_name,
+                                " has no native neuron kernel and would run through the generic fallback, which the "
+                                "fallback policy 'error' forbids. Allow it with torch.neuron.set_fallback_policy('warn') "
+                                "or TORCH_NEURONX_FALLBACK_POLICY=warn.");
+  }
+  static std::mutex mu;
+  static std::unordered_map<std::string, bool> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned[op_name]) {
+    warned[op_name] = true;
+    TORCH_WARN(op_name, " has no native neuron kernel and runs through the generic fallback (on device memory, "
+               "no copies). See torch.neuron.get_fallback_ops().");
+  }
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,227 @@
+// Zero-copy execution of ATen's CPU kernels on neuron device memory.
+//
+// Device memory is host memory, so a neuron tensor can be viewed as a CPU tensor that
+// shares its StorageImpl (a "CPU alias"). A neuron op then runs as: alias the inputs,
+// redispatch to the CPU kernel with tls_kernel_device set (so every tensor the kernel
+// allocates is device memory), and re-label the outputs as neuron tensors. Nothing is
+// copied. KernelCall holds the per-call state; NeuronKernel<Op> is the typed (unboxed)
+// wrapper used for explicitly registered ops, fallback.cpp the boxed one for the rest.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <ATen/core/IListRef.h>
+#include <ATen/core/List.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "aten/neuron.h"
+
+namespace torch_neuronx {
+
+// CPU view of a neuron tensor's storage (same StorageImpl, so in-place writes and
+// resizes land in device memory).
+at::Tensor cpu_alias(const at::Tensor& t);
+
+class KernelCall {
+ public:
+  explicit KernelCall(const char* op_name, bool allow_cpu_tensors = false)
+      : op_name_(op_name), allow_cpu_(allow_cpu_tensors) {}
+
+  // Converts an argument tensor: neuron → CPU alias (remembered), CPU passes through.
+  at::Tensor input(const at::Tensor& t, bool stable_ref = true);
+  // A Device argument of a factory op: neuron → cpu (the device is remembered).
+  std::optional<c10::Device> device_arg(std::optional<c10::Device> d);
+  // A generator argument: the CPU generator behind the neuron one (default when absent).
+  std::optional<at::Generator> generator_arg(const std::optional<at::Generator>& g);
+
+  // Fixes the device the op runs for and checks that the arguments agree on it.
+  void begin();
+  c10::DeviceIndex device() const { return device_; }
+
+  // Converts a tensor the CPU kernel returned into a neuron tensor.
+  at::Tensor output(at::Tensor t);
+  // Maps a returned reference to a mutable argument's alias back to the argument.
+  at::Tensor& output_ref(const at::Tensor& t);
+  // Propagates size/stride/storage changes made through aliases (in-place and out=
+  // arguments) to the neuron tensors, and ends the kernel-allocation scope.
+  void finish();
+
+ private:
+  void note_device(c10::Device d);
+  [[noreturn]] void mismatch(c10::Device a, c10::Device b) const;
+
+  struct AliasEntry {
+    c10::TensorImpl* alias;
+    const at::Tensor* orig_ptr;  // the caller's argument (for returned references)
+    c10::TensorImpl* orig;
+    at::Tensor alias_ref;  // keeps the alias alive for finish()
+  };
+  const char* op_name_;
+  bool allow_cpu_;
+  bool saw_neuron_tensor_ = false;
+  bool cpu_output_ = false;                    // a factory op asked for device='cpu'
+  c10::DeviceIndex device_ = -1;
+  c10::DeviceIndex explicit_device_ = -1;      // from a Device argument
+  std::optional<c10::Device> foreign_;         // a non-scalar tensor on another device type
+  std::optional<c10::Device> other_neuron_;    // a second neuron device, if any
+  c10::SmallVector<AliasEntry, 6> aliases_;
+  std::optional<KernelDeviceScope> scope_;
+};
+
+// ---- typed wrapper ---------------------------------------------------------------------
+
+template <class T>
+struct KArg {  // pass-through for non-tensor arguments
+  T v;
+  KArg(KernelCall&, T x) : v(std::forward<T>(x)) {}
+  T get(KernelCall&) { return std::forward<T>(v); }
+};
+
+template <>
+struct KArg<const at::Tensor&> {
+  at::Tensor a;
+  KArg(KernelCall& c, const at::Tensor& t) : a(c.input(t)) {}
+  const at::Tensor& get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<at::Tensor&> {
+  at::Tensor a;
+  KArg(KernelCall& c, at::Tensor& t) : a(c.input(t)) {}
+  at::Tensor& get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<const std::optional<at::Tensor>&> {
+  std::optional<at::Tensor> a;
+  KArg(KernelCall& c, const std::optional<at::Tensor>& t) {
+    if (t.has_value()) a = c.input(*t);
+  }
+  const std::optional<at::Tensor>& get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<at::TensorList> {
+  std::vector<at::Tensor> a;
+  KArg(KernelCall& c, at::TensorList ts) {
+    a.reserve(ts.size());
+    for (const auto& t : ts) a.push_back(c.input(t));
+  }
+  at::TensorList get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<const at::ITensorListRef&> {
+  std::vector<at::Tensor> a;
+  at::ITensorListRef ref;
+  KArg(KernelCall& c, const at::ITensorListRef& ts) {
+    for (const auto& t : ts) a.push_back(c.input(t));
+  }
+  KArg(KArg&& o) noexcept : a(std::move(o.a)) {}
+  const at::ITensorListRef& get(KernelCall&) {
+    ref = at::ITensorListRef(at::ArrayRef<at::Tensor>(a));
+    return ref;
+  }
+};
+
+template <>
+struct KArg<const c10::List<std::optional<at::Tensor>>&> {
+  c10::List<std::optional<at::Tensor>> a;
+  KArg(KernelCall& c, const c10::List<std::optional<at::Tensor>>& ts) {
+    a.reserve(ts.size());
+    for (const std::optional<at::Tensor>& t : ts) {
+      a.push_back(t.has_value() ? std::optional<at::Tensor>(c.input(*t, /*stable_ref=*/false)) : std::nullopt);
+    }
+  }
+  const c10::List<std::optional<at::Tensor>>& get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<std::optional<c10::Device>> {
+  std::optional<c10::Device> a;
+  KArg(KernelCall& c, std::optional<c10::Device> d) : a(c.device_arg(d)) {}
+  std::optional<c10::Device> get(KernelCall&) { return a; }
+};
+
+template <>
+struct KArg<std::optional<at::Generator>> {
+  std::optional<at::Generator> g;
+  KArg(KernelCall&, std::optional<at::Generator> x) : g(std::move(x)) {}
+  // Resolved after begin(): the default generator depends on the op's device.
+  std::optional<at::Generator> get(KernelCall& c) { return c.generator_arg(g); }
+};
+
+template <class R>
+struct KRet {
+  static R wrap(KernelCall&, R r) { return r; }
+};
+template <>
+struct KRet<at::Tensor> {
+  static at::Tensor wrap(KernelCall& c, at::Tensor r) { return c.output(std::move(r)); }
+};
+template <>
+struct KRet<at::Tensor&> {
+  static at::Tensor& wrap(KernelCall& c, at::Tensor& r) { return c.output_ref(r); }
+};
+template <>
+struct KRet<const at::Tensor&> {
+  static const at::Tensor& wrap(KernelCall& c, const at::Tensor& r) { return c.output_ref(r); }
+};
+template <>
+struct KRet<std::vector<at::Tensor>> {
+  static std::vector<at::Tensor> wrap(KernelCall& c, std::vector<at::Tensor> r) {
+    for (auto& t : r) t = c.output(std::move(t));
+    return r;
+  }
+};
+template <class... Ts>
+struct KRet<std::tuple<Ts...>> {
+  static std::tuple<Ts...> wrap(KernelCall& c, std::tuple<Ts...> r) {
+    return std::apply([&](auto&&... e) { return std::tuple<Ts...>(KRet<Ts>::wrap(c, std::forward<Ts>(e))...); },
+                      std::move(r));
+  }
+};
+
+const c10::DispatchKeySet& cpu_keyset();
+
+// Registered ops count their executions without locks: one counter per op.
+template <class Op>
+OpCounter& counter_for() {
+  static OpCounter& c = op_counter(std::string(Op::name) + (Op::overload_name[0] ? "." : "") + Op::overload_name);
+  return c;
+}
+
+template <class Op, bool AllowCpu, class Sig = typename Op::schema>
+struct NeuronKernel;
+
+template <class Op, bool AllowCpu, class R, class... Args>
+struct NeuronKernel<Op, AllowCpu, R(Args...)> {
+  static R run(Args... args) {
+    counter_for<Op>().executed.fetch_add(1, std::memory_order_relaxed);
+    KernelCall call(Op::name, AllowCpu);
+    std::tuple<KArg<Args>...> held{KArg<Args>(call, std::forward<Args>(args))...};
+    call.begin();
+    return invoke(call, held, std::index_sequence_for<Args...>{});
+  }
+
+ private:
+  template <size_t... I>
+  static R invoke(KernelCall& call, std::tuple<KArg<Args>...>& held, std::index_sequence<I...>) {
+    if constexpr (std::is_void_v<R>) {
+      Op::redispatch(cpu_keyset(), std::get<I>(held).get(call)...);
+      call.finish();
+    } else {
+      decltype(auto) r = Op::redispatch(cpu_keyset(), std::get<I>(held).get(call)...);
+      call.finish();
+      return KRet<R>::wrap(call, std::forward<decltype(r)>(r));
+    }
+  }
+};
+
+}  // namespace torch_neuronx

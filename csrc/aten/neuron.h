@@ -1,0 +1,99 @@
+// Shared declarations of the ATen integration layer (the `neuron` PrivateUse1 backend).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/errors.h"
+
+namespace torch_neuronx {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+// ---- errors -----------------------------------------------------------------
+// Re-raises a runtime error as the PyTorch exception a CUDA user would get.
+[[noreturn]] void rethrow_runtime_error(const neuron::rt::Error& e);
+
+template <class F>
+auto rt_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const neuron::rt::Error& e) {
+    rethrow_runtime_error(e);
+  }
+}
+
+// ---- devices ----------------------------------------------------------------
+c10::DeviceIndex device_count() noexcept;
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);  // validates
+void check_device_index(c10::DeviceIndex index);   // TORCH_CHECK-style error for bad index
+// Initializes the runtime on first use; refuses in a forked child.
+void lazy_init();
+
+// ---- allocation -------------------------------------------------------------
+// While >= 0 on a thread, CPU kernels running for a neuron op allocate their
+// tensors in that device's memory (see allocator.cpp, "kernel CPU allocator").
+extern thread_local c10::DeviceIndex tls_kernel_device;
+
+struct KernelDeviceScope {
+  explicit KernelDeviceScope(c10::DeviceIndex d) : prev_(tls_kernel_device) { tls_kernel_device = d; }
+  ~KernelDeviceScope() { tls_kernel_device = prev_; }
+  KernelDeviceScope(const KernelDeviceScope&) = delete;
+  KernelDeviceScope& operator=(const KernelDeviceScope&) = delete;
+
+ private:
+  c10::DeviceIndex prev_;
+};
+
+c10::DeviceAllocator* neuron_allocator();
+// Device memory on `device`; the DataPtr claims device `as_device` (neuron, or CPU for
+// memory handed to a CPU kernel that is adopted as neuron memory afterwards).
+c10::DataPtr allocate_device_memory(c10::DeviceIndex device, size_t nbytes, c10::Device as_device);
+// True when the DataPtr's memory came from the neuron allocator.
+bool is_device_memory(const c10::DataPtr& p);
+// Re-labels a storage whose memory is device memory as a neuron storage.
+void adopt_storage(c10::StorageImpl* s, c10::DeviceIndex device);
+void set_memory_fraction(double fraction, c10::DeviceIndex device);
+std::pair<uint64_t, uint64_t> allocator_limit(c10::DeviceIndex device);  // (limit bytes, capacity)
+c10::Allocator* pinned_allocator();
+bool is_pinned_ptr(const void* p);
+c10::Device device_of_ptr(void* p);
+void install_kernel_cpu_allocator();
+
+// ---- random -----------------------------------------------------------------
+const at::Generator& default_generator(c10::DeviceIndex device);
+at::Generator new_generator(c10::DeviceIndex device);
+// The CPU generator whose stream a neuron generator draws from. Kernels run on
+// CPU code, so they consume exactly this state, whichever path an op takes.
+at::Generator cpu_generator_of(const at::Generator& neuron_gen);
+
+// ---- op tracking and fallback policy ----------------------------------------
+struct OpCounter {
+  std::string name;
+  std::atomic<uint64_t> executed{0};
+  std::atomic<uint64_t> fallback{0};
+};
+OpCounter& op_counter(const std::string& name);
+std::vector<std::pair<std::string, uint64_t>> executed_ops();
+std::vector<std::pair<std::string, uint64_t>> fallback_ops();
+void clear_op_tracking();
+
+enum class FallbackPolicy { kSilent, kWarn, kError };
+FallbackPolicy fallback_policy();
+void set_fallback_policy(FallbackPolicy p);
+FallbackPolicy parse_fallback_policy(const std::string& s);
+const char* fallback_policy_name(FallbackPolicy p);
+// Raises/warns according to the policy for an op that is about to use the fallback.
+void apply_fallback_policy(const std::string& op_name);
+
+}  // namespace torch_neuronx

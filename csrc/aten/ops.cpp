@@ -1,0 +1,409 @@
+// Explicit PrivateUse1 registrations: the tensor basics (allocation, copies, views)
+// and the hot ops, each a typed NeuronKernel (no boxing) over ATen's CPU kernel.
+// Ops not listed here reach the boxed fallback (fallback.cpp), which runs the same
+// CPU kernels on device memory but is tracked as a fallback.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <ATen/ops/_amp_foreach_non_finite_check_and_unscale_ops.h>
+#include <ATen/ops/_amp_update_scale_ops.h>
+#include <ATen/ops/_foreach_add_ops.h>
+#include <ATen/ops/_foreach_addcdiv_ops.h>
+#include <ATen/ops/_foreach_addcmul_ops.h>
+#include <ATen/ops/_foreach_div_ops.h>
+#include <ATen/ops/_foreach_lerp_ops.h>
+#include <ATen/ops/_foreach_maximum_ops.h>
+#include <ATen/ops/_foreach_mul_ops.h>
+#include <ATen/ops/_foreach_norm_ops.h>
+#include <ATen/ops/_foreach_sqrt_ops.h>
+#include <ATen/ops/_fused_adamw_ops.h>
+#include <ATen/ops/_index_put_impl_ops.h>
+#include <ATen/ops/_local_scalar_dense_ops.h>
+#include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
+#include <ATen/ops/_softmax_backward_data_ops.h>
+#include <ATen/ops/_softmax_ops.h>
+#include <ATen/ops/abs_ops.h>
+#include <ATen/ops/add_ops.h>
+#include <ATen/ops/addcdiv_ops.h>
+#include <ATen/ops/addcmul_ops.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/addmv_ops.h>
+#include <ATen/ops/all_ops.h>
+#include <ATen/ops/amax_ops.h>
+#include <ATen/ops/amin_ops.h>
+#include <ATen/ops/any_ops.h>
+#include <ATen/ops/arange_ops.h>
+#include <ATen/ops/argmax_ops.h>
+#include <ATen/ops/argmin_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
+#include <ATen/ops/bernoulli_ops.h>
+#include <ATen/ops/bitwise_and_ops.h>
+#include <ATen/ops/bitwise_not_ops.h>
+#include <ATen/ops/bitwise_or_ops.h>
+#include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/cat_ops.h>
+#include <ATen/ops/clamp_max_ops.h>
+#include <ATen/ops/clamp_min_ops.h>
+#include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/cos_ops.h>
+#include <ATen/ops/cumsum_ops.h>
+#include <ATen/ops/div_ops.h>
+#include <ATen/ops/dot_ops.h>
+#include <ATen/ops/embedding_dense_backward_ops.h>
+#include <ATen/ops/embedding_ops.h>
+#include <ATen/ops/eq_ops.h>
+#include <ATen/ops/equal_ops.h>
+#include <ATen/ops/erf_ops.h>
+#include <ATen/ops/exp_ops.h>
+#include <ATen/ops/expm1_ops.h>
+#include <ATen/ops/exponential_ops.h>
+#include <ATen/ops/fill_ops.h>
+#include <ATen/ops/gather_ops.h>
+#include <ATen/ops/ge_ops.h>
+#include <ATen/ops/gelu_backward_ops.h>
+#include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/gt_ops.h>
+#include <ATen/ops/index_add_ops.h>
+#include <ATen/ops/index_ops.h>
+#include <ATen/ops/index_put_ops.h>
+#include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/isnan_ops.h>
+#include <ATen/ops/le_ops.h>
+#include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/linalg_vector_norm_ops.h>
+#include <ATen/ops/log1p_ops.h>
+#include <ATen/ops/log_ops.h>
+#include <ATen/ops/logical_not_ops.h>
+#include <ATen/ops/logsumexp_ops.h>
+#include <ATen/ops/lt_ops.h>
+#include <ATen/ops/masked_fill_ops.h>
+#include <ATen/ops/max_ops.h>
+#include <ATen/ops/maximum_ops.h>
+#include <ATen/ops/mean_ops.h>
+#include <ATen/ops/min_ops.h>
+#include <ATen/ops/minimum_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mse_loss_backward_ops.h>
+#include <ATen/ops/mse_loss_ops.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/multinomial_ops.h>
+#include <ATen/ops/native_batch_norm_backward_ops.h>
+#include <ATen/ops/native_batch_norm_ops.h>
+#include <ATen/ops/native_dropout_backward_ops.h>
+#include <ATen/ops/native_dropout_ops.h>
+#include <ATen/ops/native_group_norm_backward_ops.h>
+#include <ATen/ops/native_group_norm_ops.h>
+#include <ATen/ops/native_layer_norm_backward_ops.h>
+#include <ATen/ops/native_layer_norm_ops.h>
+#include <ATen/ops/ne_ops.h>
+#include <ATen/ops/neg_ops.h>
+#include <ATen/ops/nll_loss_backward_ops.h>
+#include <ATen/ops/nll_loss_forward_ops.h>
+#include <ATen/ops/nonzero_ops.h>
+#include <ATen/ops/normal_ops.h>
+#include <ATen/ops/pow_ops.h>
+#include <ATen/ops/prod_ops.h>
+#include <ATen/ops/random_ops.h>
+#include <ATen/ops/reciprocal_ops.h>
+#include <ATen/ops/relu_ops.h>
+#include <ATen/ops/resize_ops.h>
+#include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/rsub_ops.h>
+#include <ATen/ops/scatter_add_ops.h>
+#include <ATen/ops/scatter_ops.h>
+#include <ATen/ops/sigmoid_backward_ops.h>
+#include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/silu_backward_ops.h>
+#include <ATen/ops/silu_ops.h>
+#include <ATen/ops/sin_ops.h>
+#include <ATen/ops/sort_ops.h>
+#include <ATen/ops/sqrt_ops.h>
+#include <ATen/ops/stack_ops.h>
+#include <ATen/ops/std_ops.h>
+#include <ATen/ops/sub_ops.h>
+#include <ATen/ops/sum_ops.h>
+#include <ATen/ops/tanh_backward_ops.h>
+#include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/threshold_backward_ops.h>
+#include <ATen/ops/topk_ops.h>
+#include <ATen/ops/tril_ops.h>
+#include <ATen/ops/triu_ops.h>
+#include <ATen/ops/uniform_ops.h>
+#include <ATen/ops/var_mean_ops.h>
+#include <ATen/ops/var_ops.h>
+#include <ATen/ops/where_ops.h>
+#include <ATen/ops/zero_ops.h>
+
+#include "aten/kernel.h"
+
+namespace torch_neuronx {
+namespace {
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device) {
+  c10::DeviceIndex d = (device.has_value() && device->has_index()) ? device->index() : current_device();
+  check_device_index(d);
+  return d;
+}
+
+void check_factory(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "neuron tensors support only the strided layout, not ",
+              *layout, ".");
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned; neuron tensors are device memory.");
+}
+
+at::Tensor neuron_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                        std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                        std::optional<c10::MemoryFormat> memory_format) {
+  static OpCounter& counter = op_counter("aten::empty.memory_format");
+  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  lazy_init();
+  check_factory(layout, pin_memory);
+  KernelDeviceScope scope(target_device(device));
+  return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   dtype.value_or(c10::get_default_dtype_as_scalartype()), memory_format);
+}
+
+at::Tensor neuron_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                std::optional<bool> pin_memory) {
+  static OpCounter& counter = op_counter("aten::empty_strided");
+  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  lazy_init();
+  check_factory(layout, pin_memory);
+  KernelDeviceScope scope(target_device(device));
+  return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           dtype.value_or(c10::get_default_dtype_as_scalartype()));
+}
+
+// Copies in every direction (host<->device, device<->device, dtype changes,
+// broadcasting) are ATen's CPU copy over aliases: one pass, no staging buffer.
+at::Tensor& neuron_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  static OpCounter& counter = op_counter("aten::copy_");
+  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  lazy_init();
+  auto host_view = [](const at::Tensor& t) -> at::Tensor {
+    if (t.device().type() == kNeuron) return cpu_alias(t);
+    TORCH_CHECK(t.device().is_cpu(), "copy_ between neuron and ", t.device(), " tensors is not supported; copy through the CPU.");
+    return t;
+  };
+  at::Tensor dst = host_view(self);
+  dst.copy_(host_view(src), non_blocking);  // synchronous: data is in place when this returns
+  return self;
+}
+
+at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  neuron_copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor neuron_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::Tensor d = dst;
+  if (!d.sizes().equals(self.sizes())) d.resize_(self.sizes());
+  neuron_copy_(d, self, false);
+  return dst;
+}
+
+}  // namespace
+
+#define NEURON_KERNEL(schema, op, allow_cpu) \
+  m.impl(schema, TORCH_FN((NeuronKernel<at::_ops::op, allow_cpu>::run)))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(neuron_empty));
+  m.impl("empty_strided", TORCH_FN(neuron_empty_strided));
+  m.impl("copy_", TORCH_FN(neuron_copy_));
+  m.impl("_copy_from", TORCH_FN(neuron_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(neuron_copy_from_and_resize));
+  // Views share the storage; these ATen implementations are device-generic.
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+
+  NEURON_KERNEL("mm", mm, false);
+  NEURON_KERNEL("mm.out", mm_out, false);
+  NEURON_KERNEL("bmm", bmm, false);
+  NEURON_KERNEL("bmm.out", bmm_out, false);
+  NEURON_KERNEL("addmm", addmm, false);
+  NEURON_KERNEL("addmm.out", addmm_out, false);
+  NEURON_KERNEL("addmm_", addmm_, false);
+  NEURON_KERNEL("baddbmm", baddbmm, false);
+  NEURON_KERNEL("baddbmm_", baddbmm_, false);
+  NEURON_KERNEL("addmv", addmv, false);
+  NEURON_KERNEL("dot", dot, false);
+  NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu", _scaled_dot_product_flash_attention_for_cpu, false);
+  NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu_backward", _scaled_dot_product_flash_attention_for_cpu_backward, false);
+  NEURON_KERNEL("add.Tensor", add_Tensor, false);
+  NEURON_KERNEL("add_.Tensor", add__Tensor, false);
+  NEURON_KERNEL("add.out", add_out, false);
+  NEURON_KERNEL("add.Scalar", add_Scalar, false);
+  NEURON_KERNEL("sub.Tensor", sub_Tensor, false);
+  NEURON_KERNEL("sub_.Tensor", sub__Tensor, false);
+  NEURON_KERNEL("rsub.Scalar", rsub_Scalar, false);
+  NEURON_KERNEL("mul.Tensor", mul_Tensor, false);
+  NEURON_KERNEL("mul_.Tensor", mul__Tensor, false);
+  NEURON_KERNEL("mul.out", mul_out, false);
+  NEURON_KERNEL("mul.Scalar", mul_Scalar, false);
+  NEURON_KERNEL("mul_.Scalar", mul__Scalar, false);
+  NEURON_KERNEL("div.Tensor", div_Tensor, false);
+  NEURON_KERNEL("div_.Tensor", div__Tensor, false);
+  NEURON_KERNEL("div.Tensor_mode", div_Tensor_mode, false);
+  NEURON_KERNEL("div.Scalar", div_Scalar, false);
+  NEURON_KERNEL("div_.Scalar", div__Scalar, false);
+  NEURON_KERNEL("neg", neg, false);
+  NEURON_KERNEL("exp", exp, false);
+  NEURON_KERNEL("log", log, false);
+  NEURON_KERNEL("sqrt", sqrt, false);
+  NEURON_KERNEL("rsqrt", rsqrt, false);
+  NEURON_KERNEL("pow.Tensor_Scalar", pow_Tensor_Scalar, false);
+  NEURON_KERNEL("pow.Tensor_Tensor", pow_Tensor_Tensor, false);
+  NEURON_KERNEL("pow.Scalar", pow_Scalar, false);
+  NEURON_KERNEL("tanh", tanh, false);
+  NEURON_KERNEL("tanh_backward", tanh_backward, false);
+  NEURON_KERNEL("sigmoid", sigmoid, false);
+  NEURON_KERNEL("sigmoid_backward", sigmoid_backward, false);
+  NEURON_KERNEL("silu", silu, false);
+  NEURON_KERNEL("silu_", silu_, false);
+  NEURON_KERNEL("silu_backward", silu_backward, false);
+  NEURON_KERNEL("gelu", gelu, false);
+  NEURON_KERNEL("gelu_backward", gelu_backward, false);
+  NEURON_KERNEL("relu", relu, false);
+  NEURON_KERNEL("relu_", relu_, false);
+  NEURON_KERNEL("threshold_backward", threshold_backward, false);
+  NEURON_KERNEL("where.self", where_self, false);
+  NEURON_KERNEL("clamp", clamp, false);
+  NEURON_KERNEL("clamp_min", clamp_min, false);
+  NEURON_KERNEL("clamp_max", clamp_max, false);
+  NEURON_KERNEL("abs", abs, false);
+  NEURON_KERNEL("masked_fill_.Scalar", masked_fill__Scalar, false);
+  NEURON_KERNEL("masked_fill_.Tensor", masked_fill__Tensor, false);
+  NEURON_KERNEL("fill_.Scalar", fill__Scalar, false);
+  NEURON_KERNEL("fill_.Tensor", fill__Tensor, false);
+  NEURON_KERNEL("zero_", zero_, false);
+  NEURON_KERNEL("eq.Scalar", eq_Scalar, false);
+  NEURON_KERNEL("eq.Tensor", eq_Tensor, false);
+  NEURON_KERNEL("ne.Scalar", ne_Scalar, false);
+  NEURON_KERNEL("ne.Tensor", ne_Tensor, false);
+  NEURON_KERNEL("lt.Scalar", lt_Scalar, false);
+  NEURON_KERNEL("lt.Tensor", lt_Tensor, false);
+  NEURON_KERNEL("gt.Scalar", gt_Scalar, false);
+  NEURON_KERNEL("gt.Tensor", gt_Tensor, false);
+  NEURON_KERNEL("ge.Scalar", ge_Scalar, false);
+  NEURON_KERNEL("le.Scalar", le_Scalar, false);
+  NEURON_KERNEL("logical_not", logical_not, false);
+  NEURON_KERNEL("bitwise_and.Tensor", bitwise_and_Tensor, false);
+  NEURON_KERNEL("bitwise_or.Tensor", bitwise_or_Tensor, false);
+  NEURON_KERNEL("bitwise_not", bitwise_not, false);
+  NEURON_KERNEL("reciprocal", reciprocal, false);
+  NEURON_KERNEL("cos", cos, false);
+  NEURON_KERNEL("sin", sin, false);
+  NEURON_KERNEL("erf", erf, false);
+  NEURON_KERNEL("log1p", log1p, false);
+  NEURON_KERNEL("expm1", expm1, false);
+  NEURON_KERNEL("maximum", maximum, false);
+  NEURON_KERNEL("minimum", minimum, false);
+  NEURON_KERNEL("addcmul_", addcmul_, false);
+  NEURON_KERNEL("addcdiv_", addcdiv_, false);
+  NEURON_KERNEL("lerp_.Scalar", lerp__Scalar, false);
+  NEURON_KERNEL("triu", triu, false);
+  NEURON_KERNEL("tril", tril, false);
+  NEURON_KERNEL("cumsum", cumsum, false);
+  NEURON_KERNEL("sum.dim_IntList", sum_dim_IntList, false);
+  NEURON_KERNEL("sum", sum, false);
+  NEURON_KERNEL("mean.dim", mean_dim, false);
+  NEURON_KERNEL("max.dim", max_dim, false);
+  NEURON_KERNEL("min.dim", min_dim, false);
+  NEURON_KERNEL("max", max, false);
+  NEURON_KERNEL("min", min, false);
+  NEURON_KERNEL("amax", amax, false);
+  NEURON_KERNEL("amin", amin, false);
+  NEURON_KERNEL("argmax", argmax, false);
+  NEURON_KERNEL("argmin", argmin, false);
+  NEURON_KERNEL("var.correction", var_correction, false);
+  NEURON_KERNEL("std.correction", std_correction, false);
+  NEURON_KERNEL("var_mean.correction", var_mean_correction, false);
+  NEURON_KERNEL("prod.dim_int", prod_dim_int, false);
+  NEURON_KERNEL("all", all, false);
+  NEURON_KERNEL("any", any, false);
+  NEURON_KERNEL("all.dim", all_dim, false);
+  NEURON_KERNEL("any.dim", any_dim, false);
+  NEURON_KERNEL("linalg_vector_norm", linalg_vector_norm, false);
+  NEURON_KERNEL("logsumexp", logsumexp, false);
+  NEURON_KERNEL("topk", topk, false);
+  NEURON_KERNEL("sort.stable", sort_stable, false);
+  NEURON_KERNEL("_softmax", _softmax, false);
+  NEURON_KERNEL("_log_softmax", _log_softmax, false);
+  NEURON_KERNEL("_softmax_backward_data", _softmax_backward_data, false);
+  NEURON_KERNEL("_log_softmax_backward_data", _log_softmax_backward_data, false);
+  NEURON_KERNEL("native_layer_norm", native_layer_norm, false);
+  NEURON_KERNEL("native_layer_norm_backward", native_layer_norm_backward, false);
+  NEURON_KERNEL("native_batch_norm", native_batch_norm, false);
+  NEURON_KERNEL("native_batch_norm_backward", native_batch_norm_backward, false);
+  NEURON_KERNEL("native_group_norm", native_group_norm, false);
+  NEURON_KERNEL("native_group_norm_backward", native_group_norm_backward, false);
+  NEURON_KERNEL("embedding", embedding, false);
+  NEURON_KERNEL("embedding_dense_backward", embedding_dense_backward, false);
+  NEURON_KERNEL("index_select", index_select, false);
+  NEURON_KERNEL("gather", gather, false);
+  NEURON_KERNEL("scatter.src", scatter_src, false);
+  NEURON_KERNEL("scatter.value", scatter_value, false);
+  NEURON_KERNEL("scatter_add", scatter_add, false);
+  NEURON_KERNEL("index.Tensor", index_Tensor, true);
+  NEURON_KERNEL("index_put_", index_put_, true);
+  NEURON_KERNEL("_index_put_impl_", _index_put_impl_, true);
+  NEURON_KERNEL("index_add", index_add, false);
+  NEURON_KERNEL("nonzero", nonzero, false);
+  NEURON_KERNEL("cat", cat, false);
+  NEURON_KERNEL("cat.out", cat_out, false);
+  NEURON_KERNEL("stack", stack, false);
+  NEURON_KERNEL("resize_", resize_, false);
+  NEURON_KERNEL("_local_scalar_dense", _local_scalar_dense, false);
+  NEURON_KERNEL("nll_loss_forward", nll_loss_forward, false);
+  NEURON_KERNEL("nll_loss_backward", nll_loss_backward, false);
+  NEURON_KERNEL("mse_loss", mse_loss, false);
+  NEURON_KERNEL("mse_loss_backward", mse_loss_backward, false);
+  NEURON_KERNEL("native_dropout", native_dropout, false);
+  NEURON_KERNEL("native_dropout_backward", native_dropout_backward, false);
+  NEURON_KERNEL("bernoulli_.float", bernoulli__float, false);
+  NEURON_KERNEL("bernoulli_.Tensor", bernoulli__Tensor, false);
+  NEURON_KERNEL("normal_", normal_, false);
+  NEURON_KERNEL("uniform_", uniform_, false);
+  NEURON_KERNEL("random_", random_, false);
+  NEURON_KERNEL("random_.from", random__from, false);
+  NEURON_KERNEL("random_.to", random__to, false);
+  NEURON_KERNEL("exponential_", exponential_, false);
+  NEURON_KERNEL("multinomial", multinomial, false);
+  NEURON_KERNEL("arange.start_out", arange_start_out, false);
+  NEURON_KERNEL("equal", equal, false);
+  NEURON_KERNEL("isnan", isnan, false);
+  NEURON_KERNEL("_foreach_add_.List", _foreach_add__List, false);
+  NEURON_KERNEL("_foreach_add_.Scalar", _foreach_add__Scalar, false);
+  NEURON_KERNEL("_foreach_mul_.Scalar", _foreach_mul__Scalar, false);
+  NEURON_KERNEL("_foreach_mul_.List", _foreach_mul__List, false);
+  NEURON_KERNEL("_foreach_mul_.Tensor", _foreach_mul__Tensor, false);
+  NEURON_KERNEL("_foreach_lerp_.Scalar", _foreach_lerp__Scalar, false);
+  NEURON_KERNEL("_foreach_addcmul_.Scalar", _foreach_addcmul__Scalar, false);
+  NEURON_KERNEL("_foreach_addcdiv_.ScalarList", _foreach_addcdiv__ScalarList, false);
+  NEURON_KERNEL("_foreach_addcdiv_.Scalar", _foreach_addcdiv__Scalar, false);
+  NEURON_KERNEL("_foreach_sqrt", _foreach_sqrt, false);
+  NEURON_KERNEL("_foreach_div_.ScalarList", _foreach_div__ScalarList, false);
+  NEURON_KERNEL("_foreach_add.Scalar", _foreach_add_Scalar, false);
+  NEURON_KERNEL("_foreach_norm.Scalar", _foreach_norm_Scalar, false);
+  NEURON_KERNEL("_foreach_maximum_.List", _foreach_maximum__List, false);
+  NEURON_KERNEL("_amp_foreach_non_finite_check_and_unscale_", _amp_foreach_non_finite_check_and_unscale_, false);
+  NEURON_KERNEL("_amp_update_scale_", _amp_update_scale_, false);
+  NEURON_KERNEL("_fused_adamw_", _fused_adamw_, false);
+
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,108 @@
+// torch_neuronx._C: the Python surface of the runtime and the ATen layer. The
+// torch.neuron module (torch_neuronx/neuron) is a thin Python layer over these.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
+
+#include "aten/neuron.h"
+#include "runtime/memory.h"
+#include "runtime/platform.h"
+#include "runtime/stream.h"
+
+namespace py = pybind11;
+namespace rt = neuron::rt;
+using namespace torch_neuronx;
+
+namespace {
+
+py::dict platform_dict() {
+  const rt::Platform& p = rt_call([] { return std::cref(rt::platform()); }).get();
+  py::dict d;
+  d["platform"] = p.chip->name;
+  d["core"] = p.chip->core_name;
+  d["lnc"] = p.lnc;
+  d["physical_cores_per_chip"] = p.chip->physical_cores;
+  d["logical_cores_per_chip"] = p.logical_cores;
+  d["hbm_per_chip"] = p.chip->hbm_bytes;
+  d["hbm_tbps"] = p.chip->hbm_tbps;
+  d["bf16_tflops"] = p.chip->bf16_tflops;
+  d["fp32_tflops"] = p.chip->fp32_tflops;
+  d["fp8_tflops"] = p.chip->fp8_tflops;
+  d["sbuf_bytes_per_core"] = p.chip->sbuf_bytes;
+  d["psum_bytes_per_core"] = p.chip->psum_bytes;
+  d["supports_fp8"] = p.chip->supports_fp8;
+  d["supports_mx"] = p.chip->supports_mx;
+  d["launch_blocking"] = p.launch_blocking;
+  d["memory_source"] = p.memory_source;
+  d["device_count"] = p.devices.size();
+  return d;
+}
+
+py::dict device_dict(int index) {
+  const rt::Platform& p = rt_call([] { return std::cref(rt::platform()); }).get();
+  check_device_index(static_cast<c10::DeviceIndex>(index));
+  const rt::DeviceInfo& dev = p.devices[static_cast<size_t>(index)];
+  auto mem = rt_call([&] { return rt::memory_info(index); });
+  py::dict d;
+  d["index"] = dev.index;
+  d["logical_core"] = dev.logical_core;
+  d["physical_cores"] = dev.physical_cores;
+  d["total_memory"] = mem.capacity;
+  d["platform"] = p.chip->name;
+  d["core"] = p.chip->core_name;
+  d["lnc"] = p.lnc;
+  return d;
+}
+
+py::list pairs(const std::vector<std::pair<std::string, uint64_t>>& v) {
+  py::list out;
+  for (const auto& [name, n] : v) out.append(py::make_tuple(name, n));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-neuronx native core";
+  m.def("_built_with_torch", [] { return std::string(TORCH_VERSION); });
+  m.def("_device_count", [] { return static_cast<int>(device_count()); });
+  m.def("_config_error", [] { return rt::config_error(); });
+  m.def("_lazy_init", [] { lazy_init(); });
+  m.def("_is_initialized", [] { return rt::is_initialized(); });
+  m.def("_is_in_bad_fork", [] { return rt::in_bad_fork(); });
+  m.def("_current_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_check_device", [](int d) { check_device_index(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_platform", &platform_dict);
+  m.def("_device_properties", &device_dict);
+
+  m.def("_device_memory_info", [](int d) {
+    auto i = rt_call([&] { return rt::memory_info(d); });
+    py::dict out;
+    out["capacity"] = i.capacity;
+    out["used"] = i.used;
+    out["peak"] = i.peak;
+    out["num_allocs"] = i.num_allocs;
+    out["num_frees"] = i.num_frees;
+    return out;
+  });
+  m.def("_set_memory_fraction", [](double f, int d) { set_memory_fraction(f, static_cast<c10::DeviceIndex>(d)); });
+  m.def("_allocator_limit", [](int d) { return allocator_limit(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_set_device_capacity", [](int d, uint64_t bytes) { rt_call([&] { rt::set_memory_capacity(d, bytes); }); });
+
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
+  });
+
+  m.def("_stream_priority", [](int d, int64_t id) { return rt_call([&] { return rt::stream_priority(d, id); }); });
+  m.def("_stream_priority_range", [] { return py::make_tuple(rt::kLowestPriority, rt::kHighestPriority); });
+
+  m.def("_executed_ops", [] { return pairs(executed_ops()); });
+  m.def("_fallback_ops", [] { return pairs(fallback_ops()); });
+  m.def("_clear_op_tracking", &clear_op_tracking);
+  m.def("_set_fallback_policy", [](const std::string& p) { set_fallback_policy(parse_fallback_policy(p)); });
+  m.def("_get_fallback_policy", [] { return std::string(fallback_policy_name(fallback_policy())); });
+
+  m.def("_parse_bytes", [](const std::string& s) { return rt_call([&] { return rt::parse_bytes(s, "size"); }); });
+}

@@ -1,0 +1,81 @@
+"""torch-neuronx: AWS Trainium as a native PyTorch device, ``neuron``.
+
+The device is a NeuronCore simulator: device memory is host memory owned by a C++
+runtime, and every op runs ATen's CPU kernels directly on that memory. Importing this
+package (or letting torch autoload it) registers the device:
+
+    >>> import torch
+    >>> x = torch.randn(2, 2, device="neuron")
+"""
+
+from __future__ import annotations
+
+import torch
+
+__version__ = "0.1.0"
+
+
+def _check_torch_version() -> None:
+    # Refuse before loading the extension: a libtorch ABI mismatch would otherwise
+    # surface as an undefined symbol or a crash.
+    try:
+        from torch_neuronx import _build_info
+    except ImportError as e:  # pragma: no cover - only in a broken source checkout
+        raise ImportError(
+            "torch_neuronx is not built: run `make build` (or `pip install --no-build-isolation -e .`)."
+        ) from e
+    built = _build_info.torch_version.split("+")[0]
+    installed = torch.__version__.split("+")[0]
+    if built != installed:
+        raise ImportError(
+            f"torch_neuronx was built against torch {built}, but torch {installed} is installed. "
+            f"Install torch=={built} (pip install torch=={built}), or rebuild torch_neuronx against "
+            f"the installed torch (pip install --no-build-isolation --force-reinstall -e .)."
+        )
+
+
+_check_torch_version()
+
+from torch_neuronx import _C  # noqa: E402
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    from torch_neuronx import neuron as _neuron_module
+
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        torch.utils.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", _neuron_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    _registered = True
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: torch calls it at import time."""
+    _register()
+
+
+_register()
+
+from torch_neuronx.neuron import (  # noqa: E402
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+    get_fallback_policy,
+    set_fallback_policy,
+)
+
+__all__ = [
+    "__version__",
+    "clear_op_tracking",
+    "get_executed_ops",
+    "get_fallback_ops",
+    "get_fallback_policy",
+    "set_fallback_policy",
+]
