@@ -3,6 +3,7 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
@@ -16,42 +17,54 @@ namespace torch_neuronx {
 
 namespace {
 
-// A CPU TensorImpl over a neuron StorageImpl. TensorImpl takes its device from the
-// storage, so the subclass overrides it: kernels see a CPU tensor, the bytes stay put.
-struct CpuAliasImpl final : public c10::TensorImpl {
-  explicit CpuAliasImpl(const c10::TensorImpl* src)
-      : c10::TensorImpl(c10::Storage(src->storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), src->dtype()) {
-    device_opt_ = c10::Device(c10::kCPU);
-  }
-};
-
 void copy_view_bits(const c10::TensorImpl* from, c10::TensorImpl* to) {
   to->set_sizes_and_strides(from->sizes(), from->strides(), from->storage_offset());
   if (from->is_conj()) to->_set_conj(true);
   if (from->is_neg()) to->_set_neg(true);
 }
 
-// A neuron tensor over the (already neuron) storage of `t`, with t's view metadata.
-at::Tensor neuron_view(const at::Tensor& t) {
+// A neuron tensor over `storage` with t's view metadata.
+at::Tensor neuron_view(const at::Tensor& t, c10::Storage storage) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  auto out = c10::make_intrusive<c10::TensorImpl>(c10::Storage(impl->storage()),
+  auto out = c10::make_intrusive<c10::TensorImpl>(std::move(storage),
                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), impl->dtype());
   copy_view_bits(impl, out.get());
   return at::Tensor(std::move(out));
+}
+
+// Non-owning CPU storage over a neuron storage's bytes. Resizable through the CPU
+// allocator, which hands out device memory inside a kernel call (finish() moves it over).
+c10::Storage make_alias_storage(const c10::StorageImpl* s) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), s->nbytes(),
+      c10::DataPtr(const_cast<void*>(s->data()), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true));
+}
+
+at::Tensor alias_over(const c10::TensorImpl* src, c10::Storage storage) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   src->dtype());
+  copy_view_bits(src, impl.get());
+  return at::Tensor(std::move(impl));
 }
 
 }  // namespace
 
 at::Tensor cpu_alias(const at::Tensor& t) {
   const c10::TensorImpl* src = t.unsafeGetTensorImpl();
-  auto impl = c10::make_intrusive<CpuAliasImpl>(src);
-  copy_view_bits(src, impl.get());
-  return at::Tensor(std::move(impl));
+  return alias_over(src, make_alias_storage(src->storage().unsafeGetStorageImpl()));
 }
 
 const c10::DispatchKeySet& cpu_keyset() {
   static const c10::DispatchKeySet ks(c10::DispatchKey::CPU);
   return ks;
+}
+
+const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage) {
+  for (const auto& p : storages_) {
+    if (p.neuron == neuron_storage) return p.alias;
+  }
+  storages_.push_back({neuron_storage, make_alias_storage(neuron_storage)});
+  return storages_.back().alias;
 }
 
 at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
@@ -61,7 +74,7 @@ at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
   if (d.type() == kNeuron) {
     note_device(d);
     saw_neuron_tensor_ = true;
-    at::Tensor a = cpu_alias(t);
+    at::Tensor a = alias_over(impl, alias_storage(impl->storage().unsafeGetStorageImpl()));
     aliases_.push_back({a.unsafeGetTensorImpl(), stable_ref ? &t : nullptr, impl, a});
     return a;
   }
@@ -116,10 +129,15 @@ at::Tensor KernelCall::output(at::Tensor t) {
   }
   if (cpu_output_ || !impl->has_storage() || impl->device_type() != c10::kCPU) return t;
   c10::StorageImpl* s = impl->storage().unsafeGetStorageImpl();
-  if (s->device_type() == kNeuron) return neuron_view(t);  // a view of an input
-  if (is_device_memory(s->data_ptr())) {                    // born in device memory
+  for (const auto& p : storages_) {  // a view of an input
+    if (p.alias.unsafeGetStorageImpl() == s) {
+      return neuron_view(t, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(p.neuron)));
+    }
+  }
+  if (s->device_type() == kNeuron) return neuron_view(t, impl->storage());
+  if (is_device_memory(s->data_ptr())) {  // born in device memory
     adopt_storage(s, device_);
-    return neuron_view(t);
+    return neuron_view(t, impl->storage());
   }
   // Host memory the kernel did not allocate through us (e.g. a cached constant): copy.
   auto opts = t.options().device(c10::Device(kNeuron, device_));
@@ -137,17 +155,37 @@ at::Tensor& KernelCall::output_ref(const at::Tensor& t) {
 }
 
 void KernelCall::finish() {
+  // A resize inside the kernel reallocated an alias storage: move the new device
+  // memory into the neuron storage (the alias keeps a non-owning pointer to it).
+  for (auto& p : storages_) {
+    c10::StorageImpl* a = p.alias.unsafeGetStorageImpl();
+    if (a->data() != p.neuron->data()) {
+      c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(a->mutable_data(), c10::Device(c10::kCPU)));
+      TORCH_CHECK(fresh.get() == nullptr || is_device_memory(fresh), op_name_,
+                  ": a kernel attached host memory to a neuron tensor");
+      fresh.unsafe_set_device(c10::Device(kNeuron, device_));
+      p.neuron->set_data_ptr_noswap(std::move(fresh));
+    }
+    if (a->nbytes() != p.neuron->nbytes()) p.neuron->set_nbytes(a->nbytes());
+  }
   for (const auto& e : aliases_) {
     c10::TensorImpl* a = e.alias;
     c10::TensorImpl* o = e.orig;
-    if (a->storage().unsafeGetStorageImpl() != o->storage().unsafeGetStorageImpl()) {  // set_()
-      c10::StorageImpl* s = a->storage().unsafeGetStorageImpl();
-      if (s->device_type() != kNeuron) {
-        TORCH_CHECK(is_device_memory(s->data_ptr()), op_name_,
-                    ": cannot attach host memory to a neuron tensor; move the storage to the device first.");
-        adopt_storage(s, device_);
+    c10::StorageImpl* as = a->storage().unsafeGetStorageImpl();
+    if (as != alias_storage(o->storage().unsafeGetStorageImpl()).unsafeGetStorageImpl()) {
+      // the kernel pointed the argument at another storage (set_-like ops)
+      c10::StorageImpl* target = nullptr;
+      for (const auto& p : storages_) {
+        if (p.alias.unsafeGetStorageImpl() == as) target = p.neuron;
       }
-      o->set_storage_keep_dtype(a->storage());
+      if (target != nullptr) {
+        o->set_storage_keep_dtype(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target)));
+      } else {
+        TORCH_CHECK(is_device_memory(as->data_ptr()), op_name_,
+                    ": cannot attach host memory to a neuron tensor; move the storage to the device first.");
+        adopt_storage(as, device_);
+        o->set_storage_keep_dtype(a->storage());
+      }
     }
     if (a->sizes() != o->sizes() || a->strides() != o->strides() || a->storage_offset() != o->storage_offset()) {
       o->set_sizes_and_strides(a->sizes(), a->strides(), a->storage_offset());

@@ -24,8 +24,8 @@
 
 namespace torch_neuronx {
 
-// CPU view of a neuron tensor's storage (same StorageImpl, so in-place writes and
-// resizes land in device memory).
+// CPU view of a neuron tensor: a CPU StorageImpl over the same bytes (no copy). Views
+// a kernel derives from it are CPU tensors too, as the kernel expects.
 at::Tensor cpu_alias(const at::Tensor& t);
 
 class KernelCall {
@@ -56,6 +56,13 @@ class KernelCall {
   void note_device(c10::Device d);
   [[noreturn]] void mismatch(c10::Device a, c10::Device b) const;
 
+  // The CPU storage standing in for a neuron storage during this call.
+  const c10::Storage& alias_storage(c10::StorageImpl* neuron_storage);
+
+  struct StoragePair {
+    c10::StorageImpl* neuron;
+    c10::Storage alias;
+  };
   struct AliasEntry {
     c10::TensorImpl* alias;
     const at::Tensor* orig_ptr;  // the caller's argument (for returned references)
@@ -71,6 +78,7 @@ class KernelCall {
   std::optional<c10::Device> foreign_;         // a non-scalar tensor on another device type
   std::optional<c10::Device> other_neuron_;    // a second neuron device, if any
   c10::SmallVector<AliasEntry, 6> aliases_;
+  c10::SmallVector<StoragePair, 6> storages_;
   std::optional<KernelDeviceScope> scope_;
 };
 

@@ -213,6 +213,60 @@ at::Tensor neuron_copy_from_and_resize(const at::Tensor& self, const at::Tensor&
   return dst;
 }
 
+// set_(): point a tensor at (part of) a storage. Storage-level, so done here rather
+// than through a CPU alias; used by torch.load and UntypedStorage views.
+at::Tensor& neuron_set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device() == self.device(), "Attempted to set the storage of a tensor on device \"",
+              self.device(), "\" to a storage on different device \"", source.device(),
+              "\".  This is no longer allowed; the devices must match.");
+  TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+  std::vector<int64_t> st = stride.vec();
+  if (stride.empty()) {
+    auto cs = c10::contiguous_strides(size);
+    st.assign(cs.begin(), cs.end());
+  }
+  TORCH_CHECK(st.size() == size.size(), "mismatch in length of strides and shape");
+  int64_t needed = 0;
+  bool empty = false;
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (size[i] == 0) empty = true;
+    needed += (size[i] - 1) * st[i];
+  }
+  size_t itemsize = self.dtype().itemsize();
+  TORCH_CHECK(empty || static_cast<size_t>(needed + offset + 1) * itemsize <= source.nbytes(),
+              "setStorage: sizes ", size, ", strides ", c10::IntArrayRef(st), ", storage offset ", offset,
+              ", and itemsize ", itemsize, " requiring a storage size of ", (needed + offset + 1) * itemsize,
+              " are out of bounds for storage of size ", source.nbytes());
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, st, offset);
+  return self;
+}
+
+at::Tensor& neuron_set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return neuron_set_storage(self, std::move(source), offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
+                            C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor& neuron_set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return neuron_set_storage(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& neuron_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return neuron_set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& neuron_set_empty(at::Tensor& self) {
+  c10::DeviceIndex d = self.device().index();
+  c10::Storage fresh(c10::Storage::use_byte_size_t(), 0, allocate_device_memory(d, 0, self.device()),
+                     neuron_allocator(), true);
+  return neuron_set_storage(self, std::move(fresh), 0, {0}, {});
+}
+
 }  // namespace
 
 #define NEURON_KERNEL(schema, op, allow_cpu) \
@@ -229,6 +283,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(neuron_set_storage_offset));
+  m.impl("set_.source_Storage", TORCH_FN(neuron_set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(neuron_set_source_tensor));
+  m.impl("set_", TORCH_FN(neuron_set_empty));
 
   NEURON_KERNEL("mm", mm, false);
   NEURON_KERNEL("mm.out", mm_out, false);

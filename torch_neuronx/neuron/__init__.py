@@ -61,6 +61,10 @@ def device_count() -> int:
     return _C._device_count()
 
 
+def _is_in_bad_fork() -> bool:
+    return _C._is_in_bad_fork()
+
+
 def is_initialized() -> bool:
     return _initialized and not _C._is_in_bad_fork()
 

@@ -37,14 +37,21 @@ class Stream(torch.Stream):
         return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
 
 
-class Event(torch.Event):
-    """A neuron event; ``enable_timing=True`` allows :meth:`elapsed_time`."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "neuron"
+
+
+class Event(metaclass=_EventMeta):
+    """A neuron event (a ``torch.Event`` on the current neuron device); ``enable_timing=True``
+    allows :meth:`elapsed_time`. torch.Event's methods check the exact type of their
+    argument, so this returns plain torch.Event objects."""
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         if interprocess:
             raise NotImplementedError("interprocess events are not supported on the neuron device")
-        return super().__new__(cls, device=torch.device("neuron", _C._current_device()),
-                               enable_timing=enable_timing, blocking=blocking)
+        return torch.Event(device=torch.device("neuron", _C._current_device()),
+                           enable_timing=enable_timing, blocking=blocking)
 
 
 def _wrap(s: torch.Stream) -> Stream:
