@@ -10,7 +10,18 @@ package (or letting torch autoload it) registers the device:
 
 from __future__ import annotations
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group, called by torch at import time.
+
+    Importing this module registers the device. Defined before ``import torch`` because
+    ``import torch_neuronx`` first makes torch call this on a partially imported module.
+    """
+    if "_register" in globals():
+        _register()
+
+
+import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -54,11 +65,6 @@ def _register() -> None:
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     _registered = True
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: torch calls it at import time."""
-    _register()
 
 
 _register()

@@ -1,5 +1,6 @@
 #include "runtime/memory.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -52,10 +53,14 @@ void* device_malloc(int device, size_t bytes) {
   initialize();
   DeviceState& st = state(device);
   if (bytes == 0) return nullptr;
-  size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+  // Sizes near SIZE_MAX would wrap in the rounding (to 0) or in used + rounded; charge
+  // them as SIZE_MAX so the capacity check, written as rounded > free, rejects them.
+  size_t rounded = bytes > SIZE_MAX - (kDeviceAlignment - 1)
+                       ? SIZE_MAX
+                       : (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    if (st.info.used + rounded > st.info.capacity) {
+    if (rounded > st.info.capacity - st.info.used) {  // used <= capacity always holds
       std::ostringstream m;
       m << "Neuron device " << device << " out of memory: tried to allocate " << fmt_bytes(bytes) << "; capacity "
         << fmt_bytes(st.info.capacity) << ", " << fmt_bytes(st.info.used) << " in use, "

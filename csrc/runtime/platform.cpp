@@ -17,6 +17,7 @@ namespace {
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr uint64_t kMiB = 1ull << 20;
+constexpr long long kMaxCoreId = 65535;
 
 const ChipFacts kTrn2{Chip::kTrn2, "trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9, 667, 181, 1299,
                       24 * kMiB, 2 * kMiB, false, false};
@@ -156,6 +157,9 @@ std::vector<int> parse_core_list(const std::string& spec_in, const char* var) {
       if (hi < lo) bad("range '" + item + "' is reversed");
     }
     if (lo < 0) bad("core ids are non-negative");
+    // Far above any chip's core count; keeps ids from wrapping when narrowed to int
+    // (2^32 became core 0) and bounds the range expansion below.
+    if (hi > kMaxCoreId) bad("core ids must be at most " + std::to_string(kMaxCoreId));
     for (long long c = lo; c <= hi; ++c) {
       if (!seen.insert(static_cast<int>(c)).second) bad("core " + std::to_string(c) + " is listed twice");
       out.push_back(static_cast<int>(c));
@@ -179,10 +183,14 @@ uint64_t parse_bytes(const std::string& spec_in, const char* var) {
   else if (u == "M" || u == "MB" || u == "MIB") mult = 1ull << 20;
   else if (u == "G" || u == "GB" || u == "GIB") mult = 1ull << 30;
   else if (u == "T" || u == "TB" || u == "TIB") mult = 1ull << 40;
-  if (num.empty() || (end && *end != '\0') || v <= 0 || mult == 0 || !std::isfinite(v)) {
+  // Reject totals below one byte (they would truncate to 0) and at or above 2^64
+  // (converting those to uint64_t is undefined).
+  double total = v * static_cast<double>(mult);
+  if (num.empty() || (end && *end != '\0') || v <= 0 || mult == 0 || !std::isfinite(v) || total < 1.0 ||
+      total >= 18446744073709551616.0) {
     config_fail(std::string(var) + "='" + spec_in + "' is not a size; use bytes or a suffix, e.g. '512MiB' or '2GiB'.");
   }
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
+  return static_cast<uint64_t>(total);
 }
 
 const Platform& platform() {

@@ -1,0 +1,52 @@
+# torch-neuronx: two commands on a fresh machine.
+#   make run   - create .venv, install pinned deps, build, run collect_env and the LLaMA example
+#   make test  - same set-up if needed, then C++ (ctest) and Python (pytest) tests
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
+export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
+
+.PHONY: run test test-cpp test-py build deps sysdeps bench clean
+
+run: build
+	$(PY) -m torch_neuronx.collect_env
+	$(PY) examples/train_llama.py
+
+test: build test-cpp test-py
+
+# GoogleTest (Debian's libgtest-dev) and ccache for the C++ side; installed when missing.
+sysdeps:
+	@if [ ! -f /usr/include/gtest/gtest.h ] || ! command -v ccache >/dev/null; then \
+	  echo "installing libgtest-dev ccache (apt)"; \
+	  (apt-get update -qq && apt-get install -y -qq libgtest-dev ccache) >/dev/null || \
+	  { echo "error: could not apt-get install libgtest-dev ccache; install them and retry" >&2; exit 1; }; \
+	fi
+
+.venv/.deps: requirements.txt
+	python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+deps: .venv/.deps
+
+.venv/.built: .venv/.deps $(SOURCES)
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+build: .venv/.built
+
+test-cpp: sysdeps
+	cmake -S . -B build/cpp -G Ninja -DNEURON_BUILD_PYTHON=OFF -DNEURON_BUILD_TESTS=ON >/dev/null
+	cmake --build build/cpp
+	ctest --test-dir build/cpp --output-on-failure
+
+# pytest exits 5 when it collects nothing; make treats that as a failure.
+test-py: build
+	$(PY) -m pytest tests -q
+
+bench: build
+	$(PY) benchmarks/eager_overhead.py
+
+clean:
+	rm -rf build .venv/.built
