@@ -314,6 +314,11 @@ TEST_F(PlatformEnv, HugeVisibleCoreIdIsRejectedNotWrapped) {
   expect_config_error("NEURON_RT_VISIBLE_CORES");
   set("NEURON_RT_VISIBLE_CORES", "4294967296-4294967297");
   expect_config_error("NEURON_RT_VISIBLE_CORES");
+  // A huge range is rejected up front instead of being expanded id by id.
+  set("NEURON_RT_VISIBLE_CORES", "0-2147483647");
+  expect_config_error("NEURON_RT_VISIBLE_CORES");
+  RT_ERROR(rt::parse_core_list("65536", "X"), ErrorCode::kConfig);
+  EXPECT_EQ(rt::parse_core_list("65535", "X"), std::vector<int>{65535});
 }
 
 TEST_F(PlatformEnv, ParseCoreListDirect) {
@@ -395,9 +400,11 @@ TEST_F(PlatformEnv, ParseBytesDirect) {
   EXPECT_EQ(rt::parse_bytes("2G", "S"), 2 * kGiB);
   EXPECT_EQ(rt::parse_bytes("1.5G", "S"), 3 * kGiB / 2);
   EXPECT_EQ(rt::parse_bytes("1TiB", "S"), 1ull << 40);
+  EXPECT_EQ(rt::parse_bytes("0.5K", "S"), 512u);
+  EXPECT_EQ(rt::parse_bytes("16777215T", "S"), 16777215ull << 40);  // just below 2^64
   for (const char* bad : {"abc", "0", "0.0", "", " ", "-5", "12X", "1.2.3", "MiB", "5 G B",
                           // Below one byte, and beyond 2^64 bytes, are not sizes either.
-                          "0.5", "0.1K", "20000000T"}) {
+                          "0.5", "0.0001K", "20000000T"}) {
     SCOPED_TRACE(bad);
     std::string msg = RT_ERROR(rt::parse_bytes(bad, "MY_SIZE"), ErrorCode::kConfig);
     EXPECT_CONTAINS(msg, std::string("MY_SIZE='") + bad + "'");
@@ -674,6 +681,7 @@ TEST_F(Memory, ManyCyclesLeaveNothingInUse) {
 }
 
 TEST_F(Memory, ConcurrentAllocationKeepsExactAccounting) {
+  rt::reset_peak(0);  // earlier tests in this process may have raised it
   const rt::MemoryInfo before = rt::memory_info(0);
   constexpr int kThreads = 4, kIters = 2000;
   std::atomic<int> failures{0};

@@ -1,0 +1,145 @@
+"""Device API: count, current device, properties, streams and events, multi-device copies."""
+
+import time
+
+import pytest
+import torch
+
+
+def test_device_count_and_properties():
+    # default platform: trn2, LNC=2 -> 4 logical devices of 96 GiB / 4
+    assert torch.neuron.is_available()
+    assert torch.neuron.device_count() == 4
+    props = torch.neuron.get_device_properties(1)
+    assert props.total_memory == 24 * 2**30
+    assert props.platform == "trn2" and props.lnc == 2
+    assert props.physical_cores == [2, 3]
+    assert "Trainium2" in torch.neuron.get_device_name(0)
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.device_count() == 4
+
+
+def test_set_and_current_device():
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(2):
+        assert torch.neuron.current_device() == 2
+        t = torch.empty(3, device="neuron")
+        assert t.device == torch.device("neuron", 2)
+    assert torch.neuron.current_device() == 0
+    torch.neuron.set_device("neuron:1")
+    try:
+        assert torch.accelerator.current_device_index() == 1
+        assert torch.ones(2, device="neuron").device.index == 1
+    finally:
+        torch.neuron.set_device(0)
+
+
+def test_bad_device_index_is_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"Invalid device index 7: 4 neuron devices are visible.*0\.\.3"):
+        torch.empty(2, device="neuron:7")
+    with pytest.raises(RuntimeError, match="Invalid device index 9"):
+        torch.neuron.set_device(9)
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        torch.neuron.get_device_properties(4)
+    with pytest.raises(ValueError, match="Expected a neuron device"):
+        torch.neuron.set_device("cpu")
+
+
+def test_tensor_methods_and_module_to():
+    t = torch.arange(6).neuron()
+    assert t.is_neuron and t.device == torch.device("neuron", 0)
+    m = torch.nn.Linear(3, 2).neuron()
+    assert all(p.device.type == "neuron" for p in m.parameters())
+    assert torch.equal(m.to("cpu").weight, m.weight.cpu())
+
+
+def test_copies_between_devices_and_host():
+    x = torch.randn(64, 33)
+    a = x.to("neuron:0")
+    b = a.to("neuron:3")
+    assert b.device == torch.device("neuron", 3)
+    assert torch.equal(b.cpu(), x)
+    c = torch.empty_like(b, device="neuron:1").copy_(a)  # device->device copy_
+    assert torch.equal(c.cpu(), x)
+    # non-contiguous, dtype-converting, broadcasting copies
+    d = torch.zeros(33, 64, dtype=torch.float64, device="neuron:2")
+    d.copy_(a.t())
+    assert d.dtype == torch.float64 and torch.equal(d.cpu(), x.t().double())
+    e = torch.empty(4, 33, device="neuron")
+    e.copy_(x[0])
+    assert torch.equal(e.cpu(), x[0].expand(4, 33))
+    # non_blocking and pinned memory
+    pinned = torch.randn(1000).pin_memory()
+    assert pinned.is_pinned()
+    on_dev = pinned.to("neuron", non_blocking=True)
+    assert torch.equal(on_dev.cpu(), pinned)
+    back = on_dev.to("cpu", non_blocking=True)
+    torch.neuron.synchronize()
+    assert torch.equal(back, pinned)
+
+
+def test_streams():
+    s = torch.neuron.Stream(priority=-1)
+    assert isinstance(s, torch.Stream)
+    assert s.device == torch.device("neuron", 0)
+    assert s.priority == -1
+    assert torch.neuron.Stream().priority == 0
+    assert torch.neuron.current_stream() == torch.neuron.default_stream()
+    assert torch.neuron.default_stream().stream_id == 0
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+        assert torch.accelerator.current_stream() == s
+        y = torch.ones(4, device="neuron") * 3
+    assert torch.neuron.current_stream() == torch.neuron.default_stream()
+    s.synchronize()
+    assert s.query()
+    assert torch.equal(y.cpu(), torch.full((4,), 3.0))
+    other = torch.neuron.Stream(device=2)
+    assert other.device_index == 2
+    torch.neuron.current_stream().wait_stream(s)
+
+
+def test_events_ordering_and_elapsed_time():
+    start = torch.neuron.Event(enable_timing=True)
+    end = torch.neuron.Event(enable_timing=True)
+    assert isinstance(start, torch.neuron.Event) and isinstance(start, torch.Event)
+    assert start.query()  # never recorded: complete, as CUDA
+    start.record()
+    x = torch.randn(256, 256, device="neuron")
+    for _ in range(3):
+        x = x @ x / 256
+    time.sleep(0.03)
+    end.record()
+    end.synchronize()
+    assert end.query()
+    ms = start.elapsed_time(end)
+    assert 25.0 <= ms < 5000.0
+    # cross-stream wait: work recorded on one stream is visible after waiting on the event
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        z = torch.full((8,), 2.0, device="neuron")
+        ev = s.record_event()
+    torch.neuron.current_stream().wait_event(ev)
+    assert torch.equal((z + 1).cpu(), torch.full((8,), 3.0))
+
+
+def test_event_misuse_messages():
+    a = torch.neuron.Event()  # timing disabled
+    b = torch.neuron.Event()
+    a.record()
+    b.record()
+    with pytest.raises((RuntimeError, ValueError), match="enable_timing=True"):
+        a.elapsed_time(b)
+    c = torch.neuron.Event(enable_timing=True)
+    d = torch.neuron.Event(enable_timing=True)
+    c.record()
+    with pytest.raises((RuntimeError, ValueError), match="recorded before calculating elapsed time"):
+        c.elapsed_time(d)
+
+
+def test_synchronize_and_accelerator_api():
+    torch.neuron.synchronize()
+    torch.neuron.synchronize(3)
+    torch.accelerator.synchronize()
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        torch.neuron.synchronize(8)

@@ -1,0 +1,244 @@
+"""Eager ops on neuron against CPU: dtypes, views, in-place/out=, fallback tracking and
+policy, mixed-device errors, autocast, GradScaler, serialization."""
+
+import io
+
+import pytest
+import torch
+
+
+def both(fn, *cpu_args):
+    """Run fn on CPU args and on their neuron copies; return (neuron result on CPU, CPU result)."""
+    dev_args = [a.to("neuron") if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    n = fn(*dev_args)
+    c = fn(*cpu_args)
+    return n, c
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.int32, torch.bfloat16, torch.float16, torch.bool])
+def test_no_dtype_is_silently_changed(dtype):
+    x = (torch.arange(24).reshape(4, 6) % 5).to(dtype)
+    n = x.to("neuron")
+    assert n.dtype == dtype
+    assert torch.equal(n.cpu(), x)
+    if dtype != torch.bool:
+        r = n * 2 + 1
+        assert r.dtype == (x * 2 + 1).dtype
+        assert torch.equal(r.cpu(), x * 2 + 1)
+    big = torch.tensor([2**40 + 3], dtype=torch.int64, device="neuron")
+    assert int((big + 1).item()) == 2**40 + 4
+    d = torch.tensor([1.0 + 1e-12], dtype=torch.float64, device="neuron")
+    assert (d - 1.0).item() == pytest.approx(1e-12, rel=1e-6)
+
+
+def test_hot_ops_match_cpu():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(32, 48, generator=g)
+    b = torch.randn(48, 16, generator=g)
+    bias = torch.randn(16, generator=g)
+    checks = [
+        (lambda a, b, c: a @ b, (a, b, bias)),
+        (lambda a, b, c: torch.addmm(c, a, b), (a, b, bias)),
+        (lambda a, b, c: torch.nn.functional.linear(a, b.t(), c), (a, b, bias)),
+        (lambda a, b, c: torch.bmm(a.view(4, 8, 48), b.expand(4, 48, 16)), (a, b, bias)),
+        (lambda a, b, c: torch.softmax(a, -1), (a, b, bias)),
+        (lambda a, b, c: torch.log_softmax(a, 0), (a, b, bias)),
+        (lambda a, b, c: torch.nn.functional.layer_norm(a, (48,)), (a, b, bias)),
+        (lambda a, b, c: torch.nn.functional.rms_norm(a, (48,)), (a, b, bias)),
+        (lambda a, b, c: torch.nn.functional.silu(a) * torch.sigmoid(a) + torch.tanh(a), (a, b, bias)),
+        (lambda a, b, c: torch.nn.functional.gelu(a, approximate="tanh"), (a, b, bias)),
+        (lambda a, b, c: a.sum(1) + a.mean(0).sum() + a.amax(1) + a.var(1), (a, b, bias)),
+        (lambda a, b, c: torch.cat([a, a * 2], 1)[:, ::3].contiguous(), (a, b, bias)),
+        (lambda a, b, c: a.t()[5:9].reshape(-1), (a, b, bias)),
+        (lambda a, b, c: torch.where(a > 0, a, c.sum()), (a, b, bias)),
+        (lambda a, b, c: a.topk(3, dim=1).values, (a, b, bias)),
+        (lambda a, b, c: torch.cumsum(a, 1), (a, b, bias)),
+    ]
+    for fn, args in checks:
+        n, c = both(fn, *args)
+        assert n.device.type == "neuron"
+        torch.testing.assert_close(n.cpu(), c, atol=1e-5, rtol=1e-4)
+
+
+def test_embedding_indexing_and_sdpa():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(50, 8, generator=g)
+    idx = torch.randint(0, 50, (4, 6), generator=g)
+    n, c = both(lambda w, i: torch.nn.functional.embedding(i, w), w, idx)
+    torch.testing.assert_close(n.cpu(), c)
+    n, c = both(lambda w, i: w[i[0]] + w.index_select(0, i[1]), w, idx)
+    torch.testing.assert_close(n.cpu(), c)
+    mask = w > 0
+    n, c = both(lambda w, m: w[m], w, mask)
+    torch.testing.assert_close(n.cpu(), c)
+    # CPU index tensors are accepted for indexing, as on CUDA
+    wn = w.to("neuron")
+    torch.testing.assert_close(wn[idx[0]].cpu(), w[idx[0]])
+    q, k, v = (torch.randn(2, 4, 10, 8, generator=g) for _ in range(3))
+    n, c = both(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    torch.testing.assert_close(n.cpu(), c, atol=1e-5, rtol=1e-4)
+
+
+def test_autograd_matches_cpu():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(16, 8, generator=g)
+    x = torch.randn(4, 16, generator=g)
+
+    def run(device):
+        wd = w.to(device).requires_grad_()
+        xd = x.to(device).requires_grad_()
+        y = torch.nn.functional.gelu(xd @ wd).softmax(-1)
+        loss = torch.nn.functional.cross_entropy(y, torch.tensor([1, 2, 3, 0], device=device))
+        loss.backward()
+        return loss.detach().cpu(), wd.grad.cpu(), xd.grad.cpu()
+
+    for n, c in zip(run("neuron"), run("cpu")):
+        torch.testing.assert_close(n, c, atol=1e-6, rtol=1e-5)
+
+
+def test_in_place_out_and_views_write_through():
+    x = torch.zeros(4, 6, device="neuron")
+    v = x[1:3, ::2]
+    v.add_(5)
+    x.t()[0].fill_(-1)
+    ref = torch.zeros(4, 6)
+    ref[1:3, ::2] += 5
+    ref.t()[0] = -1
+    assert torch.equal(x.cpu(), ref)
+    out = torch.empty(0, device="neuron")
+    torch.mul(x, 2, out=out)  # out= resizes
+    assert out.shape == (4, 6) and torch.equal(out.cpu(), ref * 2)
+    y = torch.zeros(0, device="neuron")
+    y.resize_(3, 5).fill_(2)
+    assert y.shape == (3, 5) and torch.equal(y.cpu(), torch.full((3, 5), 2.0))
+    z = torch.arange(10.0, device="neuron")
+    z.unsqueeze(0).mul_(3)
+    assert torch.equal(z.cpu(), torch.arange(10.0) * 3)
+    base = torch.arange(12.0, device="neuron")
+    view = base.view(3, 4)
+    assert view._base is base and view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+
+
+def test_mixed_devices_raise_the_cuda_error():
+    a = torch.ones(3, device="neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least "
+                                           "two devices, neuron:0 and cpu!"):
+        a + torch.ones(3)
+    with pytest.raises(RuntimeError, match="neuron:0 and neuron:1"):
+        torch.mm(torch.ones(2, 2, device="neuron:0"), torch.ones(2, 2, device="neuron:1"))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.nn.Linear(3, 3)(a)  # CPU weights, neuron input
+    # a CPU scalar tensor is fine, as with CUDA
+    assert torch.equal((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+
+
+def test_fallback_is_tracked_and_policy_applies():
+    torch.neuron.clear_op_tracking()
+    x = torch.randn(8, 8, device="neuron")
+    y = x @ x
+    assert torch.neuron.get_executed_ops().get("aten::mm") == 1
+    assert "aten::mm" not in torch.neuron.get_fallback_ops()
+    r = torch.special.i0(x)  # no explicit kernel: generic fallback
+    torch.testing.assert_close(r.cpu(), torch.special.i0(x.cpu()))
+    assert r.device.type == "neuron"
+    fb = torch.neuron.get_fallback_ops()
+    assert fb.get("aten::special_i0.out", 0) + fb.get("aten::i0.out", 0) + fb.get("aten::i0", 0) >= 1
+    with torch.neuron.fallback_policy("error"):
+        assert torch.neuron.get_fallback_policy() == "error"
+        with pytest.raises(NotImplementedError, match="has no native neuron kernel.*set_fallback_policy"):
+            torch.special.i0(x)
+        (x + y).sum()  # explicit kernels still run
+    with torch.neuron.fallback_policy("warn"):
+        with pytest.warns(UserWarning, match="generic fallback"):
+            torch.special.i1(x)
+    assert torch.neuron.get_fallback_policy() == "silent"
+    with pytest.raises(ValueError, match="Unknown fallback policy"):
+        torch.neuron.set_fallback_policy("loud")
+    torch.neuron.clear_op_tracking()
+    assert torch.neuron.get_fallback_ops() == {}
+
+
+def test_fallback_policy_from_env(run_python):
+    out = run_python(
+        "import torch\n"
+        "x = torch.randn(3, device='neuron')\n"
+        "try:\n"
+        "    torch.special.i0(x)\n"
+        "except NotImplementedError as e:\n"
+        "    print('blocked', 'i0' in str(e))\n",
+        env={"TORCH_NEURONX_FALLBACK_POLICY": "error"},
+    )
+    assert out.split() == ["blocked", "True"]
+
+
+def test_autocast_bf16():
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+    lin_n = torch.nn.Linear(16, 8).neuron()
+    lin_n.load_state_dict(lin.state_dict())
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        y = lin_n(x.neuron())
+        s = torch.softmax(y, -1)  # fp32 op list
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yc = lin(x)
+    assert y.dtype == torch.bfloat16 and s.dtype == torch.float32
+    torch.testing.assert_close(y.float().cpu(), yc.float(), atol=1e-2, rtol=1e-2)
+    assert torch.get_autocast_dtype("neuron") == torch.bfloat16
+    with torch.neuron.amp.autocast():
+        assert lin_n(x.neuron()).dtype == torch.bfloat16
+
+
+def test_grad_scaler_unscales_and_skips_inf_steps():
+    model = torch.nn.Linear(4, 1).neuron()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("neuron", init_scale=1024.0)
+    before = model.weight.detach().cpu().clone()
+    loss = model(torch.ones(2, 4, device="neuron")).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    # unscaled gradient: d(sum(Wx+b))/dW = 2 per weight
+    torch.testing.assert_close(model.weight.detach().cpu(), before - 0.1 * 2.0)
+    assert scaler.get_scale() == 1024.0
+    # an inf gradient skips the step and halves the scale
+    opt.zero_grad()
+    w = model.weight.detach().cpu().clone()
+    loss = model(torch.full((2, 4), float("inf"), device="neuron")).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.equal(model.weight.detach().cpu(), w)
+    assert scaler.get_scale() == 512.0
+
+
+def test_save_and_load(tmp_path):
+    sd = {"w": torch.randn(5, 3, device="neuron:1"), "i": torch.arange(4, device="neuron")}
+    path = tmp_path / "ckpt.pt"
+    torch.save(sd, path)
+    back = torch.load(path)
+    assert back["w"].device == torch.device("neuron", 1)
+    assert torch.equal(back["w"].cpu(), sd["w"].cpu()) and back["i"].dtype == torch.int64
+    on_cpu = torch.load(path, map_location="cpu")
+    assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], sd["w"].cpu())
+    moved = torch.load(path, map_location="neuron:2")
+    assert moved["w"].device == torch.device("neuron", 2)
+    buf = io.BytesIO()
+    torch.save(torch.nn.Linear(3, 2).neuron().state_dict(), buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["weight"].device.type == "neuron"
+
+
+def test_load_onto_a_missing_device_is_a_clear_error(tmp_path, run_python):
+    path = tmp_path / "t.pt"
+    torch.save(torch.ones(2, device="neuron:3"), path)
+    out = run_python(
+        f"import torch\ntorch.load({str(path)!r})\n", env={"NEURON_RT_VISIBLE_CORES": "0"}, expect_rc=1
+    )
+    assert "Attempting to deserialize object on NEURON device 3 but torch.neuron.device_count() is 1" in out
+    out = run_python(f"import torch\ntorch.load({str(path)!r})\n", env={"NEURON_RT_VISIBLE_CORES": ""}, expect_rc=1)
+    assert "torch.neuron.is_available() is False" in out and "map_location=torch.device('cpu')" in out
+    out = run_python(
+        f"import torch\nprint(torch.load({str(path)!r}, map_location='cpu').device)\n",
+        env={"NEURON_RT_VISIBLE_CORES": ""},
+    )
+    assert out.strip() == "cpu"

@@ -1,0 +1,139 @@
+"""Packaging and process-level behaviour, each in a fresh interpreter: autoload, the
+torch-version guard, platform env vars, collect_env, fork safety."""
+
+import pytest
+
+
+def test_autoload_registers_the_device_without_import(run_python):
+    out = run_python(
+        "import sys, torch\n"
+        "print(torch.randn(2, 2, device='neuron') @ torch.ones(2, 2, device='neuron'))\n"
+        "print('torch_neuronx' in sys.modules, torch.neuron.__name__)\n"
+    )
+    assert "device='neuron:0'" in out
+    assert "True torch_neuronx.neuron" in out
+
+
+def test_autoload_can_be_disabled(run_python):
+    out = run_python(
+        "import torch\n"
+        "print(hasattr(torch, 'neuron'))\n"
+        "import torch_neuronx\n"
+        "print(torch.ones(1, device='neuron').device)\n",
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    assert out.split() == ["False", "neuron:0"]
+
+
+def test_importing_torch_neuronx_first_works(run_python):
+    out = run_python("import torch_neuronx, torch\nprint(torch.zeros(1, device='neuron').device)\n")
+    assert out.strip() == "neuron:0"
+
+
+def test_torch_version_mismatch_is_an_import_error(run_python):
+    out = run_python(
+        "import torch\n"
+        "torch.__version__ = '2.99.1'\n"
+        "try:\n"
+        "    import torch_neuronx\n"
+        "except ImportError as e:\n"
+        "    print('IMPORTERROR', e)\n",
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    assert "IMPORTERROR" in out
+    assert "built against torch 2.13.0" in out and "torch 2.99.1 is installed" in out
+    assert "pip install torch==2.13.0" in out
+
+
+@pytest.mark.parametrize(
+    "env,count,memory,platform",
+    [
+        ({}, 4, 24 * 2**30, "trn2"),
+        ({"NEURON_PLATFORM": "trn3"}, 4, 36 * 2**30, "trn3"),
+        ({"NEURON_LOGICAL_NC_CONFIG": "1"}, 8, 12 * 2**30, "trn2"),
+        ({"NEURON_RT_VISIBLE_CORES": "1,3"}, 2, 24 * 2**30, "trn2"),
+        ({"NEURON_RT_NUM_CORES": "1"}, 1, 24 * 2**30, "trn2"),
+    ],
+)
+def test_platform_env_vars(run_python, env, count, memory, platform):
+    out = run_python(
+        "import torch\n"
+        "p = torch.neuron.get_device_properties(0)\n"
+        "print(torch.neuron.device_count(), p.total_memory, p.platform, torch.neuron.is_fp8_supported())\n",
+        env=env,
+    )
+    n, mem, plat, fp8 = out.split()
+    assert (int(n), int(mem), plat) == (count, memory, platform)
+    assert fp8 == str(platform == "trn3")
+
+
+def test_visible_cores_map_to_logical_cores(run_python):
+    out = run_python(
+        "import torch\np = torch.neuron.get_device_properties(1)\nprint(p.logical_core, p.physical_cores)\n",
+        env={"NEURON_RT_VISIBLE_CORES": "1,3"},
+    )
+    assert out.strip() == "3 [6, 7]"
+
+
+def test_bad_platform_env_is_a_clear_error(run_python):
+    out = run_python(
+        "import torch\n"
+        "print(torch.neuron.is_available())\n"
+        "try:\n"
+        "    torch.ones(1, device='neuron')\n"
+        "except RuntimeError as e:\n"
+        "    print('ERR', e)\n",
+        env={"NEURON_RT_VISIBLE_CORES": "0-9"},
+    )
+    assert out.startswith("False")
+    assert "NEURON_RT_VISIBLE_CORES names core 4" in out and "4 logical cores" in out
+
+
+def test_collect_env_passes_here(run_python):
+    out = run_python("", args=["-m", "torch_neuronx.collect_env"])
+    assert "built against torch:        2.13.0" in out
+    assert "visible devices:            4" in out
+    assert "Smoke test: passed on 4 device(s)" in out
+    assert "neuron device is usable" in out
+
+
+@pytest.mark.parametrize("env", [{"NEURON_RT_VISIBLE_CORES": ""}, {"NEURON_PLATFORM": "trn9"}])
+def test_collect_env_fails_when_device_unusable(run_python, env):
+    out = run_python("", args=["-m", "torch_neuronx.collect_env"], env=env, expect_rc=1)
+    assert "neuron device is NOT usable" in out
+
+
+def test_use_after_fork_raises_advising_spawn(run_python):
+    out = run_python(
+        "import os, torch\n"
+        "x = torch.ones(4, device='neuron')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        x + 1\n"
+        "        os._exit(3)\n"
+        "    except RuntimeError as e:\n"
+        "        ok = 'forked subprocess' in str(e) and \"'spawn'\" in str(e)\n"
+        "        os._exit(0 if ok else 4)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', os.waitstatus_to_exitcode(status))\n"
+        "print('parent', (x + 1).sum().item())\n"
+    )
+    assert out.split() == ["child", "0", "parent", "8.0"]
+
+
+def test_spawned_children_can_use_the_device(run_python, tmp_path):
+    script = tmp_path / "spawn_child.py"
+    script.write_text(
+        "import torch, torch.multiprocessing as mp\n"
+        "def work(q):\n"
+        "    q.put((torch.arange(4, device='neuron') * 2).sum().item())\n"
+        "if __name__ == '__main__':\n"
+        "    torch.ones(1, device='neuron')\n"
+        "    ctx = mp.get_context('spawn')\n"
+        "    q = ctx.Queue()\n"
+        "    p = ctx.Process(target=work, args=(q,))\n"
+        "    p.start(); print(q.get(timeout=120)); p.join(timeout=120)\n"
+    )
+    out = run_python("", args=[str(script)])
+    assert out.strip() == "12"
