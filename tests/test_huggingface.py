@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-accelerate = pytest.importorskip("accelerate")
-transformers = pytest.importorskip("transformers")
-
-from _tiny_llama import NEURON, llama_pair, tiny_llama_config  # noqa: E402
+from _tiny_llama import NEURON, llama_pair, tiny_llama_config
 
 # eps=1e-6 rather than AdamW's 1e-8: Adam's first update is about lr * g / (|g| + eps), so
 # for a parameter whose gradient is ~1e-9 (there are a few) a 1e-9 difference in g -- far
 # inside the gradient tolerance -- would move the update by a sizeable fraction of lr.
 ADAMW = dict(lr=1e-3, eps=1e-6, weight_decay=0.01)
 FP32 = dict(atol=1e-5, rtol=1e-4)
+# Gradients are O(1e-3), where FP32's atol alone would let a 1% error through, so each tensor's
+# relative error ||neuron - cpu|| / ||cpu|| is bounded too (observed: <= 1.5e-6 grads, 5e-7 logits).
+FP32_REL_NORM = 1e-5
 
 
 @pytest.fixture
@@ -45,11 +44,19 @@ def to_neuron(batch: dict) -> dict:
     return {k: v.to(NEURON) for k, v in batch.items()}
 
 
-def assert_grads_close(cpu_model, neuron_model, **tol):
+def rel_norm_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.detach().cpu().double(), expected.detach().double()
+    return ((actual - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+
+
+def assert_grads_close(cpu_model, neuron_model, max_rel_norm_err=None, **tol):
     for (name, p), q in zip(cpu_model.named_parameters(), neuron_model.parameters()):
         assert p.grad is not None and q.grad is not None, name
         assert q.grad.device == NEURON, name
         torch.testing.assert_close(q.grad.cpu(), p.grad, **tol, msg=lambda m, n=name: f"grad of {n}: {m}")
+        if max_rel_norm_err is not None:
+            err = rel_norm_err(q.grad, p.grad)
+            assert err < max_rel_norm_err, f"grad of {name}: relative error {err:.3g}"
 
 
 def assert_params_close(cpu_model, neuron_model, **tol):
@@ -159,7 +166,8 @@ def test_trainer_trains_on_neuron_like_on_cpu(tmp_path, fresh_accelerate_state):
     assert len(losses) == 20
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3, losses
 
-    # Oracle: the same run (same init, seed, data order, optimizer) on the CPU.
+    # Oracle: the same run (same init, seed, data order, optimizer -- by default the fused
+    # AdamW, so this covers neuron's _fused_adamw_ kernel) on the CPU.
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     cpu_trainer, cpu_losses = run_trainer(cpu_model, tmp_path / "cpu", use_cpu=True)
@@ -170,8 +178,12 @@ def test_trainer_trains_on_neuron_like_on_cpu(tmp_path, fresh_accelerate_state):
 # ---- model parity --------------------------------------------------------------------------
 
 
-def test_llama_forward_backward_adamw_match_cpu():
-    cpu_model, model = llama_pair(seed=0)
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied_embeddings"])
+def test_llama_forward_backward_adamw_match_cpu(tied):
+    # Tied: lm_head and embed_tokens share one weight, whose grad sums both uses.
+    cpu_model, model = llama_pair(tiny_llama_config(tie_word_embeddings=tied), seed=0)
+    if tied:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
     cpu_opt = torch.optim.AdamW(cpu_model.parameters(), **ADAMW)
     opt = torch.optim.AdamW(model.parameters(), **ADAMW)
 
@@ -181,11 +193,12 @@ def test_llama_forward_backward_adamw_match_cpu():
         out = model(**to_neuron(batch))
         assert out.logits.device == NEURON and out.logits.dtype == torch.float32
         torch.testing.assert_close(out.logits.detach().cpu(), cpu_out.logits.detach(), **FP32)
+        assert rel_norm_err(out.logits, cpu_out.logits) < FP32_REL_NORM
         torch.testing.assert_close(out.loss.detach().cpu(), cpu_out.loss.detach(), **FP32)
 
         cpu_out.loss.backward()
         out.loss.backward()
-        assert_grads_close(cpu_model, model, **FP32)
+        assert_grads_close(cpu_model, model, max_rel_norm_err=FP32_REL_NORM, **FP32)
 
         cpu_opt.step()
         opt.step()
@@ -194,7 +207,9 @@ def test_llama_forward_backward_adamw_match_cpu():
         assert_params_close(cpu_model, model, **FP32)
 
 
-@pytest.mark.parametrize("impl", [dict(foreach=False), dict(foreach=True), dict(fused=True)], ids=lambda d: next(iter(d)))
+@pytest.mark.parametrize(
+    "impl", [dict(foreach=False), dict(foreach=True), dict(fused=True)], ids=["for_loop", "foreach", "fused"]
+)
 def test_adamw_implementations_match_cpu_given_the_same_grads(impl):
     # Isolates the optimizer kernels from forward/backward rounding: same params, same grads.
     torch.manual_seed(0)
@@ -237,8 +252,8 @@ def test_llama_bf16_autocast_matches_cpu_autocast():
     out.loss.backward()
     for (name, p), q in zip(cpu_model.named_parameters(), model.parameters()):
         assert q.grad.dtype == torch.float32, name  # master weights and grads stay fp32
-        rel = ((q.grad.cpu() - p.grad).norm() / p.grad.norm()).item()
-        assert rel < 5e-2, f"grad of {name}: relative error {rel:.3g}"
+    # bf16 rounding differs between the two runs at the ~1e-2 level (observed < 1e-2).
+    assert_grads_close(cpu_model, model, max_rel_norm_err=5e-2, atol=1e-2, rtol=1e-1)
 
 
 # ---- generation ------------------------------------------------------------------------------
@@ -246,7 +261,7 @@ def test_llama_bf16_autocast_matches_cpu_autocast():
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv_cache", "no_cache"])
 def test_greedy_generate_matches_cpu_exactly(use_cache):
-    cpu_model, model = llama_pair(config=tiny_llama_config(), seed=3)
+    cpu_model, model = llama_pair(seed=3)
     cpu_model.eval()
     model.eval()
     g = torch.Generator().manual_seed(4)
@@ -262,4 +277,4 @@ def test_greedy_generate_matches_cpu_exactly(use_cache):
 
     assert tokens.device == NEURON
     assert cpu_tokens.shape == (2, 7 + 10)
-    assert torch.equal(tokens.cpu(), cpu_tokens), f"\nneuron: {tokens.tolist()}\ncpu:    {cpu_tokens.tolist()}"
+    assert torch.equal(tokens.cpu(), cpu_tokens), f"\nneuron {tokens.tolist()}\ncpu    {cpu_tokens.tolist()}"

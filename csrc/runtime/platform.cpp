@@ -116,17 +116,18 @@ std::unique_ptr<Platform> build_platform() {
 std::mutex g_mutex;
 std::unique_ptr<Platform> g_platform;
 std::string g_error;
-bool g_parsed = false;
+std::atomic<bool> g_parsed{false};  // fast path: checked on every allocation
 
 void ensure_parsed() {
+  if (g_parsed.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_parsed) return;
+  if (g_parsed.load(std::memory_order_relaxed)) return;
   try {
     g_platform = build_platform();
   } catch (const Error& e) {
     g_error = e.what();
   }
-  g_parsed = true;
+  g_parsed.store(true, std::memory_order_release);
 }
 
 }  // namespace
@@ -230,7 +231,7 @@ void reset_platform_for_testing() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_platform.reset();
   g_error.clear();
-  g_parsed = false;
+  g_parsed.store(false, std::memory_order_release);
 }
 
 namespace {
