@@ -4,7 +4,7 @@ Small ops measure per-op latency (dispatch + aliasing + output adoption); large 
 measure throughput (the kernels are ATen's CPU kernels on device memory, so the ratio
 shows what the device layer costs). Prints a table of neuron/CPU ratios.
 
-    python benchmarks/eager_overhead.py [--repeat 7] [--json out.json]
+    python benchmarks/eager_overhead.py [--repeat 5] [--rounds 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def cases():
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per round (median)")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating CPU/neuron rounds (best)")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
@@ -68,9 +69,11 @@ def main() -> int:
     print(f"{'case':<22}{'cpu':>12}{'neuron':>12}{'ratio':>8}  target")
     for name, kind, cpu_args, op, iters in cases():
         dev_args = tuple(a.to("neuron") for a in cpu_args)
-        # interleave to share machine noise; best of two rounds
-        t_cpu = min(timeit(lambda: op(*cpu_args), iters, args.repeat) for _ in range(2))
-        t_dev = min(timeit(lambda: op(*dev_args), iters, args.repeat) for _ in range(2))
+        # alternate CPU and neuron rounds so both see the same machine noise; best round each
+        t_cpu = t_dev = float("inf")
+        for _ in range(args.rounds):
+            t_cpu = min(t_cpu, timeit(lambda: op(*cpu_args), iters, args.repeat))
+            t_dev = min(t_dev, timeit(lambda: op(*dev_args), iters, args.repeat))
         ratio = t_dev / t_cpu
         target = SMALL_TARGET if kind == "small" else LARGE_TARGET
         unit, scale = ("us", 1e6) if kind == "small" else ("ms", 1e3)
