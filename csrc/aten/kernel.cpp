@@ -23,6 +23,11 @@ void copy_view_bits(const c10::TensorImpl* from, c10::TensorImpl* to) {
   if (from->is_neg()) to->_set_neg(true);
 }
 
+// A new owning reference to `s`.
+c10::Storage storage_ref(c10::StorageImpl* s) {
+  return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s));
+}
+
 // A neuron tensor over `storage` with t's view metadata.
 at::Tensor neuron_view(const at::Tensor& t, c10::Storage storage) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -65,6 +70,13 @@ const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage) 
   }
   storages_.push_back({neuron_storage, make_alias_storage(neuron_storage)});
   return storages_.back().alias;
+}
+
+c10::StorageImpl* KernelCall::neuron_storage_of(const c10::StorageImpl* alias) const {
+  for (const auto& p : storages_) {
+    if (p.alias.unsafeGetStorageImpl() == alias) return p.neuron;
+  }
+  return nullptr;
 }
 
 at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
@@ -129,11 +141,7 @@ at::Tensor KernelCall::output(at::Tensor t) {
   }
   if (cpu_output_ || !impl->has_storage() || impl->device_type() != c10::kCPU) return t;
   c10::StorageImpl* s = impl->storage().unsafeGetStorageImpl();
-  for (const auto& p : storages_) {  // a view of an input
-    if (p.alias.unsafeGetStorageImpl() == s) {
-      return neuron_view(t, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(p.neuron)));
-    }
-  }
+  if (c10::StorageImpl* input = neuron_storage_of(s)) return neuron_view(t, storage_ref(input));  // a view of an input
   if (s->device_type() == kNeuron) return neuron_view(t, impl->storage());
   if (is_device_memory(s->data_ptr())) {  // born in device memory
     adopt_storage(s, device_);
@@ -172,14 +180,11 @@ void KernelCall::finish() {
     c10::TensorImpl* a = e.alias;
     c10::TensorImpl* o = e.orig;
     c10::StorageImpl* as = a->storage().unsafeGetStorageImpl();
-    if (as != alias_storage(o->storage().unsafeGetStorageImpl()).unsafeGetStorageImpl()) {
+    c10::StorageImpl* target = neuron_storage_of(as);
+    if (target != o->storage().unsafeGetStorageImpl()) {
       // the kernel pointed the argument at another storage (set_-like ops)
-      c10::StorageImpl* target = nullptr;
-      for (const auto& p : storages_) {
-        if (p.alias.unsafeGetStorageImpl() == as) target = p.neuron;
-      }
       if (target != nullptr) {
-        o->set_storage_keep_dtype(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target)));
+        o->set_storage_keep_dtype(storage_ref(target));
       } else {
         TORCH_CHECK(is_device_memory(as->data_ptr()), op_name_,
                     ": cannot attach host memory to a neuron tensor; move the storage to the device first.");

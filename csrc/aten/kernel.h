@@ -58,6 +58,8 @@ class KernelCall {
 
   // The CPU storage standing in for a neuron storage during this call.
   const c10::Storage& alias_storage(c10::StorageImpl* neuron_storage);
+  // The neuron storage an alias storage stands in for, or nullptr.
+  c10::StorageImpl* neuron_storage_of(const c10::StorageImpl* alias) const;
 
   struct StoragePair {
     c10::StorageImpl* neuron;
