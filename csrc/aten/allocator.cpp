@@ -21,22 +21,13 @@ namespace {
 
 using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingAllocator::StatType;
+using neuron::rt::format_bytes;
 
 constexpr size_t kRound = 512;              // allocation granularity, as CUDA's
 constexpr size_t kSmallSize = 1 << 20;      // blocks up to 1 MiB come from the small pool
 
 size_t round_size(size_t n) { return (n + kRound - 1) / kRound * kRound; }
 
-std::string fmt(uint64_t b) {
-  std::ostringstream o;
-  o.precision(2);
-  o << std::fixed;
-  if (b >= (1ull << 30)) o << static_cast<double>(b) / (1ull << 30) << " GiB";
-  else if (b >= (1ull << 20)) o << static_cast<double>(b) / (1ull << 20) << " MiB";
-  else if (b >= (1ull << 10)) o << static_cast<double>(b) / (1ull << 10) << " KiB";
-  else o << b << " bytes";
-  return o.str();
-}
 
 struct Block {
   void* ptr;
@@ -222,12 +213,12 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     uint64_t allocated = static_cast<uint64_t>(pool.stats.allocated_bytes[0].current);
     uint64_t reserved = pool.reserved;
     std::ostringstream m;
-    m << "Neuron out of memory. Tried to allocate " << fmt(requested) << ". Device neuron:" << static_cast<int>(d)
-      << " has a total capacity of " << fmt(cap) << " of which " << fmt(cap > reserved ? cap - reserved : 0)
+    m << "Neuron out of memory. Tried to allocate " << format_bytes(requested) << ". Device neuron:" << static_cast<int>(d)
+      << " has a total capacity of " << format_bytes(cap) << " of which " << format_bytes(cap > reserved ? cap - reserved : 0)
       << " is free";
     if (pool.limit < info.capacity) m << " (limited by set_per_process_memory_fraction)";
-    m << ". Of the allocated memory " << fmt(allocated) << " is allocated by PyTorch, and "
-      << fmt(reserved - allocated) << " is reserved by PyTorch but unallocated. Free tensors you no longer need "
+    m << ". Of the allocated memory " << format_bytes(allocated) << " is allocated by PyTorch, and "
+      << format_bytes(reserved - allocated) << " is reserved by PyTorch but unallocated. Free tensors you no longer need "
       << "(del them, then torch.neuron.empty_cache()), or use smaller batches.";
     TORCH_CHECK_WITH(OutOfMemoryError, false, m.str());
   }
@@ -311,7 +302,7 @@ class PinnedAllocator final : public c10::Allocator {
     size_t rounded = round_size(n);
     void* p = std::aligned_alloc(neuron::rt::kDeviceAlignment, rounded);
     if (p == nullptr) {
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "Out of pinned host memory: tried to allocate ", fmt(n), ".");
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "Out of pinned host memory: tried to allocate ", format_bytes(n), ".");
     }
     std::lock_guard<std::mutex> lock(mu());
     ranges()[reinterpret_cast<uintptr_t>(p)] = rounded;

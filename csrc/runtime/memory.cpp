@@ -35,7 +35,9 @@ DeviceState& state(int device) {
   return st;
 }
 
-std::string fmt_bytes(uint64_t b) {
+}  // namespace
+
+std::string format_bytes(uint64_t b) {
   std::ostringstream o;
   o.precision(2);
   o << std::fixed;
@@ -45,8 +47,6 @@ std::string fmt_bytes(uint64_t b) {
   else o << b << " bytes";
   return o.str();
 }
-
-}  // namespace
 
 void* device_malloc(int device, size_t bytes) {
   check_not_forked();
@@ -62,9 +62,9 @@ void* device_malloc(int device, size_t bytes) {
     std::lock_guard<std::mutex> lock(st.mu);
     if (rounded > st.info.capacity - st.info.used) {  // used <= capacity always holds
       std::ostringstream m;
-      m << "Neuron device " << device << " out of memory: tried to allocate " << fmt_bytes(bytes) << "; capacity "
-        << fmt_bytes(st.info.capacity) << ", " << fmt_bytes(st.info.used) << " in use, "
-        << fmt_bytes(st.info.capacity - st.info.used) << " free.";
+      m << "Neuron device " << device << " out of memory: tried to allocate " << format_bytes(bytes) << "; capacity "
+        << format_bytes(st.info.capacity) << ", " << format_bytes(st.info.used) << " in use, "
+        << format_bytes(st.info.capacity - st.info.used) << " free.";
       throw OutOfMemoryError(m.str(), device, bytes, st.info.capacity, st.info.used);
     }
     st.info.used += rounded;
@@ -75,7 +75,7 @@ void* device_malloc(int device, size_t bytes) {
     st.info.used -= rounded;
     std::ostringstream m;
     m << "Neuron device " << device << " out of memory: the host could not back an allocation of "
-      << fmt_bytes(bytes) << " (simulated device memory is host memory).";
+      << format_bytes(bytes) << " (simulated device memory is host memory).";
     throw OutOfMemoryError(m.str(), device, bytes, st.info.capacity, st.info.used);
   }
   if (st.info.used > st.info.peak) st.info.peak = st.info.used;
@@ -105,8 +105,8 @@ void set_memory_capacity(int device, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(st.mu);
   if (bytes < st.info.used) {
     std::ostringstream m;
-    m << "Cannot set the capacity of neuron device " << device << " to " << fmt_bytes(bytes) << ": "
-      << fmt_bytes(st.info.used) << " are in use (free cached memory with torch.neuron.empty_cache() first).";
+    m << "Cannot set the capacity of neuron device " << device << " to " << format_bytes(bytes) << ": "
+      << format_bytes(st.info.used) << " are in use (free cached memory with torch.neuron.empty_cache() first).";
     throw Error(ErrorCode::kInvalidArgument, m.str());
   }
   st.info.capacity = bytes;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace neuron::rt {
 
@@ -32,5 +33,8 @@ MemoryInfo memory_info(int device);
 // Lowers or raises a device's capacity (never below what is in use).
 void set_memory_capacity(int device, uint64_t bytes);
 void reset_peak(int device);
+
+// "32.00 MiB"-style text for byte counts, used in every memory error message.
+std::string format_bytes(uint64_t bytes);
 
 }  // namespace neuron::rt
