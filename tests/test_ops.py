@@ -154,6 +154,8 @@ def test_fallback_is_tracked_and_policy_applies():
     assert torch.neuron.get_fallback_policy() == "silent"
     with pytest.raises(ValueError, match="Unknown fallback policy"):
         torch.neuron.set_fallback_policy("loud")
+    with pytest.raises(TypeError, match="fallback policy must be"):
+        torch.neuron.set_fallback_policy(3)
     torch.neuron.clear_op_tracking()
     assert torch.neuron.get_fallback_ops() == {}
 

@@ -213,6 +213,8 @@ def clear_op_tracking() -> None:
 
 def set_fallback_policy(policy: str) -> None:
     """``'silent'`` (default), ``'warn'`` (once per op) or ``'error'`` (raise NotImplementedError)."""
+    if not isinstance(policy, str):
+        raise TypeError(f"fallback policy must be 'silent', 'warn' or 'error', not {policy!r}")
     _C._set_fallback_policy(policy)
 
 
