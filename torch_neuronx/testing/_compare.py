@@ -1,0 +1,205 @@
+"""Comparing results on ``neuron`` with the same computation on CPU.
+
+One place for the tolerances and the tree walk used by the coverage sweeps,
+``torch_neuronx.check`` and the tests: outputs may be tensors or any nesting of
+tuples, lists, dicts and Hugging Face ``ModelOutput`` objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+# (rtol, atol) for one op, as torch.testing.assert_close uses by default.
+_OP_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+def op_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for comparing one op's result in ``dtype`` with CPU; exact for integers and bool."""
+    return _OP_TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def model_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for a whole model's outputs or gradients: rounding differences of a few
+    ulps (a different attention or reduction kernel) grow through the layers."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return (5e-2, 5e-2)
+    if dtype in (torch.float32, torch.complex64):
+        return (1e-4, 1e-4)
+    return op_tolerance(dtype)
+
+
+@dataclass
+class Diff:
+    """Largest difference between two results. ``ok`` is False on any mismatch, including
+    a structural one (types, shapes, dtypes, devices not as expected)."""
+
+    ok: bool = True
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    where: str = ""  # path of the worst leaf, e.g. "logits" or "[1].grad"
+    message: str = ""  # the first structural problem or the worst numeric mismatch
+    compared: int = 0  # tensor leaves compared
+    mismatched: list[str] = field(default_factory=list)
+
+    def _fail(self, path: str, message: str) -> None:
+        if self.ok:
+            self.message = f"{path or 'result'}: {message}"
+        self.ok = False
+        self.mismatched.append(path or "result")
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"ok ({self.compared} tensors, max abs diff {self.max_abs:.3g})"
+        return self.message
+
+
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor moved to CPU (structure kept)."""
+    return _tree_map(obj, lambda t: t.detach().cpu())
+
+
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """``obj`` with every tensor moved to ``device`` (structure kept)."""
+    return _tree_map(obj, lambda t: t.to(device))
+
+
+def _tree_map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple (torch.return_types)
+        return type(obj)(*(_tree_map(v, fn) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_tree_map(v, fn) for v in obj)
+    if isinstance(obj, Mapping):
+        items = {k: _tree_map(v, fn) for k, v in obj.items()}
+        if type(obj) is dict:
+            return items
+        try:  # ModelOutput and other dataclass-like mappings
+            return type(obj)(**items)
+        except TypeError:
+            return items
+    return obj
+
+
+def compare(
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerance: Callable[[torch.dtype], tuple[float, float]] = op_tolerance,
+    device_type: str | None = "neuron",
+    equal_nan: bool = True,
+) -> Diff:
+    """Compare ``actual`` (computed on ``device_type``) with ``expected`` (computed on CPU).
+
+    Tensor leaves must match in shape and dtype; when ``device_type`` is given, each
+    tensor of ``actual`` must live on that device type (a result that silently came
+    back on the CPU is a mismatch). Values are compared with ``rtol``/``atol``, or the
+    tolerance the dtype gets from ``tolerance``. Non-tensor leaves must be equal
+    (floats within the same tolerance).
+    """
+    diff = Diff()
+    _walk(actual, expected, "", diff, rtol, atol, tolerance, device_type, equal_nan)
+    return diff
+
+
+def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> None:
+    if isinstance(e, torch.Tensor):
+        if not isinstance(a, torch.Tensor):
+            diff._fail(path, f"expected a tensor, got {type(a).__name__}")
+            return
+        _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan)
+        return
+    if isinstance(e, Mapping):
+        if not isinstance(a, Mapping):
+            diff._fail(path, f"expected a mapping, got {type(a).__name__}")
+            return
+        if set(a.keys()) != set(e.keys()):
+            diff._fail(path, f"keys differ: {sorted(map(str, a.keys()))} vs {sorted(map(str, e.keys()))}")
+            return
+        for k in e.keys():
+            _walk(a[k], e[k], f"{path}.{k}" if path else str(k), diff, rtol, atol, tolerance, device_type, equal_nan)
+        return
+    if isinstance(e, (list, tuple)):
+        if not isinstance(a, (list, tuple)) or len(a) != len(e):
+            diff._fail(path, f"expected a sequence of {len(e)}, got {type(a).__name__}"
+                       + (f" of {len(a)}" if isinstance(a, (list, tuple)) else ""))
+            return
+        for i, (x, y) in enumerate(zip(a, e)):
+            _walk(x, y, f"{path}[{i}]", diff, rtol, atol, tolerance, device_type, equal_nan)
+        return
+    if isinstance(e, float) and isinstance(a, (float, int)):
+        if math.isnan(e) and math.isnan(a) and equal_nan:
+            return
+        r, t = (rtol, atol) if rtol is not None else tolerance(torch.float64 if isinstance(e, float) else torch.int64)
+        if abs(a - e) > t + r * abs(e) and not (math.isinf(a) and a == e):
+            diff._fail(path, f"{a!r} != {e!r}")
+        return
+    if isinstance(e, (bool, int, str, type(None), torch.dtype, torch.Size)):
+        if a != e:
+            diff._fail(path, f"{a!r} != {e!r}")
+        return
+    # Other objects (caches, configs): compare their tensors if they expose them, else skip.
+
+
+def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> None:
+    if device_type is not None and a.device.type != device_type:
+        diff._fail(path, f"result is on {a.device}, expected a {device_type} tensor")
+        return
+    if a.dtype != e.dtype:
+        diff._fail(path, f"dtype {a.dtype} != {e.dtype}")
+        return
+    if a.shape != e.shape:
+        diff._fail(path, f"shape {tuple(a.shape)} != {tuple(e.shape)}")
+        return
+    if a.layout != e.layout or a.is_quantized or e.is_quantized:
+        diff._fail(path, f"layout {a.layout} vs {e.layout}")
+        return
+    diff.compared += 1
+    a = a.detach().cpu().resolve_conj().resolve_neg()
+    e = e.detach().resolve_conj().resolve_neg()
+    if a.numel() == 0:
+        return
+    r, t = (rtol, atol) if rtol is not None else tolerance(e.dtype)
+    if atol is not None:
+        t = atol
+    if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
+        neq = a != e
+        if bool(neq.any()):
+            bad = int(neq.sum())
+            ae = (a.to(torch.float64) - e.to(torch.float64)).abs().max().item() if e.dtype != torch.bool else 1.0
+            diff.max_abs = max(diff.max_abs, ae)
+            diff._fail(path, f"{bad} of {e.numel()} elements differ (exact dtype {e.dtype})")
+        return
+    wide = torch.complex128 if e.is_complex() else torch.float64
+    a64, e64 = a.to(wide), e.to(wide)
+    both_nan = a64.isnan() & e64.isnan() if equal_nan else torch.zeros_like(a64, dtype=torch.bool)
+    same_inf = (a64 == e64) & a64.isinf()
+    absdiff = (a64 - e64).abs()
+    absdiff = torch.where(both_nan | same_inf, torch.zeros_like(absdiff), absdiff)
+    absdiff = torch.where(absdiff.isnan(), torch.full_like(absdiff, math.inf), absdiff)  # nan vs number
+    bad = absdiff > (t + r * e64.abs())
+    max_abs = float(absdiff.max())
+    denom = e64.abs().clamp_min(1e-30)
+    max_rel = float((absdiff / denom).max())
+    if max_abs > diff.max_abs:
+        diff.max_abs = max_abs
+        if diff.ok:
+            diff.where = path
+    diff.max_rel = max(diff.max_rel, max_rel)
+    if bool(bad.any()):
+        diff._fail(path, f"{int(bad.sum())} of {e.numel()} elements differ; max abs diff {max_abs:.3g} "
+                   f"(rtol={r:g}, atol={t:g}, dtype {e.dtype})")
