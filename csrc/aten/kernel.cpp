@@ -139,7 +139,10 @@ at::Tensor KernelCall::output(at::Tensor t) {
   for (const auto& e : aliases_) {
     if (e.alias == impl) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.orig));
   }
-  if (cpu_output_ || !impl->has_storage() || impl->device_type() != c10::kCPU) return t;
+  if (cpu_output_ || impl->device_type() != c10::kCPU) return t;
+  TORCH_CHECK_NOT_IMPLEMENTED(impl->has_storage() && t.layout() == c10::kStrided, op_name_, " would return a ",
+                              t.layout(), " tensor, but the neuron device supports only strided (dense) tensors. "
+                              "Run this op on CPU tensors (x.cpu()) and move the dense result back with .to('neuron').");
   c10::StorageImpl* s = impl->storage().unsafeGetStorageImpl();
   if (c10::StorageImpl* input = neuron_storage_of(s)) return neuron_view(t, storage_ref(input));  // a view of an input
   if (s->device_type() == kNeuron) return neuron_view(t, impl->storage());

@@ -4,6 +4,7 @@
 // CPU kernels on device memory but is tracked as a fallback.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -13,6 +14,7 @@
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale_ops.h>
 #include <ATen/ops/_amp_update_scale_ops.h>
 #include <ATen/ops/_foreach_add_ops.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_foreach_addcdiv_ops.h>
 #include <ATen/ops/_foreach_addcmul_ops.h>
 #include <ATen/ops/_foreach_div_ops.h>
@@ -53,6 +55,8 @@
 #include <ATen/ops/clamp_max_ops.h>
 #include <ATen/ops/clamp_min_ops.h>
 #include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/convolution_backward_ops.h>
+#include <ATen/ops/convolution_ops.h>
 #include <ATen/ops/cos_ops.h>
 #include <ATen/ops/cumsum_ops.h>
 #include <ATen/ops/div_ops.h>
@@ -75,7 +79,9 @@
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_put_ops.h>
 #include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/isin_ops.h>
 #include <ATen/ops/isnan_ops.h>
+#include <ATen/ops/isneginf_ops.h>
 #include <ATen/ops/le_ops.h>
 #include <ATen/ops/lerp_ops.h>
 #include <ATen/ops/linalg_vector_norm_ops.h>
@@ -91,6 +97,7 @@
 #include <ATen/ops/min_ops.h>
 #include <ATen/ops/minimum_ops.h>
 #include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mode_ops.h>
 #include <ATen/ops/mse_loss_backward_ops.h>
 #include <ATen/ops/mse_loss_ops.h>
 #include <ATen/ops/mul_ops.h>
@@ -267,6 +274,18 @@ at::Tensor& neuron_set_empty(at::Tensor& self) {
   return neuron_set_storage(self, std::move(fresh), 0, {0}, {});
 }
 
+// scaled_dot_product_attention asks this stub which kernel to use; without an answer for
+// PrivateUse1 it takes the unfused math path. Answering as CPU does sends neuron to the
+// same fused CPU flash kernel, so results and speed match CPU.
+int64_t neuron_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                                std::optional<double> scale, bool enable_gqa) {
+  auto host = [](const at::Tensor& t) { return t.device().type() == kNeuron ? cpu_alias(t) : t; };
+  std::optional<at::Tensor> m;
+  if (mask.has_value() && mask->defined()) m = host(*mask);
+  return at::_ops::_fused_sdp_choice::call(host(q), host(k), host(v), m, dropout_p, is_causal, scale, enable_gqa);
+}
+
 }  // namespace
 
 #define NEURON_KERNEL(schema, op, allow_cpu) \
@@ -299,6 +318,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("baddbmm_", baddbmm_, false);
   NEURON_KERNEL("addmv", addmv, false);
   NEURON_KERNEL("dot", dot, false);
+  // conv*d and conv_transpose*d reach these; CPU's own algorithm selection (oneDNN or
+  // the native kernels) then runs on the aliases.
+  NEURON_KERNEL("convolution", convolution, false);
+  NEURON_KERNEL("convolution_backward", convolution_backward, false);
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu", _scaled_dot_product_flash_attention_for_cpu, false);
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu_backward", _scaled_dot_product_flash_attention_for_cpu_backward, false);
   NEURON_KERNEL("add.Tensor", add_Tensor, false);
@@ -399,6 +422,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("logsumexp", logsumexp, false);
   NEURON_KERNEL("topk", topk, false);
   NEURON_KERNEL("sort.stable", sort_stable, false);
+  NEURON_KERNEL("mode.values", mode_values, false);  // its composite rejects non-CPU/CUDA devices
   NEURON_KERNEL("_softmax", _softmax, false);
   NEURON_KERNEL("_log_softmax", _log_softmax, false);
   NEURON_KERNEL("_softmax_backward_data", _softmax_backward_data, false);
@@ -444,6 +468,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("arange.start_out", arange_start_out, false);
   NEURON_KERNEL("equal", equal, false);
   NEURON_KERNEL("isnan", isnan, false);
+  // generate() and HF masking utilities
+  NEURON_KERNEL("isneginf.out", isneginf_out, false);
+  NEURON_KERNEL("isin.Tensor_Tensor_out", isin_Tensor_Tensor_out, false);
+  NEURON_KERNEL("where.self_out", where_self_out, false);
   NEURON_KERNEL("_foreach_add_.List", _foreach_add__List, false);
   NEURON_KERNEL("_foreach_add_.Scalar", _foreach_add__Scalar, false);
   NEURON_KERNEL("_foreach_mul_.Scalar", _foreach_mul__Scalar, false);
@@ -465,3 +493,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torch_neuronx
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::neuron_fused_sdp_choice)
+}  // namespace at::native

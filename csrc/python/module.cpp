@@ -63,6 +63,8 @@ py::list pairs(const std::vector<std::pair<std::string, uint64_t>>& v) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  static const int cpu_preferred_ops = register_cpu_kernel_preference();
+  m.attr("_cpu_preferred_ops") = cpu_preferred_ops;
   m.doc() = "torch-neuronx native core";
   m.def("_built_with_torch", [] { return std::string(TORCH_VERSION); });
   m.def("_device_count", [] { return static_cast<int>(device_count()); });

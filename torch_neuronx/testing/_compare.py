@@ -102,26 +102,28 @@ def compare(
     tolerance: Callable[[torch.dtype], tuple[float, float]] = op_tolerance,
     device_type: str | None = "neuron",
     equal_nan: bool = True,
+    values: bool = True,
 ) -> Diff:
     """Compare ``actual`` (computed on ``device_type``) with ``expected`` (computed on CPU).
 
     Tensor leaves must match in shape and dtype; when ``device_type`` is given, each
     tensor of ``actual`` must live on that device type (a result that silently came
     back on the CPU is a mismatch). Values are compared with ``rtol``/``atol``, or the
-    tolerance the dtype gets from ``tolerance``. Non-tensor leaves must be equal
-    (floats within the same tolerance).
+    tolerance the dtype gets from ``tolerance``; ``values=False`` compares only that
+    metadata (for uninitialized outputs such as ``torch.empty``). Non-tensor leaves must
+    be equal (floats within the same tolerance).
     """
     diff = Diff()
-    _walk(actual, expected, "", diff, rtol, atol, tolerance, device_type, equal_nan)
+    _walk(actual, expected, "", diff, rtol, atol, tolerance, device_type, equal_nan, values)
     return diff
 
 
-def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> None:
+def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values=True) -> None:
     if isinstance(e, torch.Tensor):
         if not isinstance(a, torch.Tensor):
             diff._fail(path, f"expected a tensor, got {type(a).__name__}")
             return
-        _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan)
+        _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values)
         return
     if isinstance(e, Mapping):
         if not isinstance(a, Mapping):
@@ -131,7 +133,7 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> No
             diff._fail(path, f"keys differ: {sorted(map(str, a.keys()))} vs {sorted(map(str, e.keys()))}")
             return
         for k in e.keys():
-            _walk(a[k], e[k], f"{path}.{k}" if path else str(k), diff, rtol, atol, tolerance, device_type, equal_nan)
+            _walk(a[k], e[k], f"{path}.{k}" if path else str(k), diff, rtol, atol, tolerance, device_type, equal_nan, values)
         return
     if isinstance(e, (list, tuple)):
         if not isinstance(a, (list, tuple)) or len(a) != len(e):
@@ -139,7 +141,7 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> No
                        + (f" of {len(a)}" if isinstance(a, (list, tuple)) else ""))
             return
         for i, (x, y) in enumerate(zip(a, e)):
-            _walk(x, y, f"{path}[{i}]", diff, rtol, atol, tolerance, device_type, equal_nan)
+            _walk(x, y, f"{path}[{i}]", diff, rtol, atol, tolerance, device_type, equal_nan, values)
         return
     if isinstance(e, float) and isinstance(a, (float, int)):
         if math.isnan(e) and math.isnan(a) and equal_nan:
@@ -155,7 +157,7 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> No
     # Other objects (caches, configs): compare their tensors if they expose them, else skip.
 
 
-def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan) -> None:
+def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values) -> None:
     if device_type is not None and a.device.type != device_type:
         diff._fail(path, f"result is on {a.device}, expected a {device_type} tensor")
         return
@@ -169,6 +171,8 @@ def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_
         diff._fail(path, f"layout {a.layout} vs {e.layout}")
         return
     diff.compared += 1
+    if not values:
+        return
     a = a.detach().cpu().resolve_conj().resolve_neg()
     e = e.detach().resolve_conj().resolve_neg()
     if a.numel() == 0:

@@ -1,0 +1,82 @@
+"""PyTorch's OpInfo samples for the core ops, on neuron against CPU (the full database is
+`make coverage-ops`). Each op runs every sample in every supported dtype of
+float32/bfloat16/float16/int64/bool: forward, float32 gradients, in-place and out=."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing._internal.common_dtype import floating_types
+from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+
+from torch_neuronx.testing import opinfo_sweep
+
+CORE_KEYS = [k for k in opinfo_sweep.all_op_keys() if k.split(".")[0] in opinfo_sweep.CORE_OPS or k in opinfo_sweep.CORE_OPS]
+
+
+def test_core_list_names_real_ops():
+    keys = {k.split(".")[0] for k in opinfo_sweep.all_op_keys()} | set(opinfo_sweep.all_op_keys())
+    missing = sorted(set(opinfo_sweep.CORE_OPS) - keys)
+    assert not missing, f"CORE_OPS names ops that op_db does not have: {missing}"
+    assert len(CORE_KEYS) >= 100
+
+
+@pytest.mark.parametrize("key", CORE_KEYS)
+def test_core_op_matches_cpu(key):
+    r = opinfo_sweep.check_op(key)
+    counts = {dt: c for dt, c in r["counts"].items()}
+    passed = sum(c.get("pass", 0) for c in counts.values())
+    failed = sum(c.get("fail", 0) for c in counts.values())
+    assert failed == 0, f"{key}: {failed} samples differ from CPU, e.g. {r['failures'][:2]}"
+    assert passed > 0, f"{key}: no sample ran on both devices ({counts})"
+
+
+def _samples(op, device, dtype, requires_grad, **kw):
+    t = torch.randn(3, 5, dtype=dtype, requires_grad=requires_grad)
+    yield SampleInput(t)
+    yield SampleInput(torch.randn(5, 4, dtype=dtype, requires_grad=requires_grad).t())
+
+
+def _fake(name, fn, inplace=None):
+    return OpInfo(name, op=fn, inplace_variant=inplace, dtypes=floating_types(), sample_inputs_func=_samples,
+                  supports_out=False)
+
+
+@pytest.mark.parametrize(
+    "fn,inplace,check",
+    [
+        (lambda x: x + (x.device.type == "neuron") * 1e-3, None, "forward"),
+        (lambda x: x.cpu() * 2, None, "forward"),  # result silently left the device
+        # correct forward, wrong backward on the device only
+        (lambda x: _WrongGrad.apply(x), None, "grad"),
+        (lambda x: x * 2, lambda x: x if x.device.type == "neuron" else x.mul_(2), "inplace"),
+    ],
+)
+def test_sweep_detects_a_wrong_device_result(monkeypatch, fn, inplace, check):
+    opinfo_sweep._find_op("add")  # fill the lookup table first
+    monkeypatch.setitem(opinfo_sweep._OPS_BY_KEY, "fake", _fake("fake", fn, inplace))
+    r = opinfo_sweep.check_op("fake", dtypes=(torch.float32,))
+    assert r["counts"]["float32"].get("fail", 0) == 2, r
+    assert r["failures"][0]["check"] == check, r["failures"]
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.neuron = x.device.type == "neuron"
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * (3.5 if ctx.neuron else 3)
+
+
+def test_summary_counts_crashes_as_failures():
+    results = [
+        {"op": "a", "status": "ok", "counts": {"float32": {"pass": 10}}, "failures": []},
+        {"op": "b", "status": "crash", "error": "worker process died (exit code -11)", "counts": {}, "failures": []},
+        {"op": "c", "status": "ok", "counts": {"float32": {"pass": 3, "cpu-error": 4}}, "failures": []},
+    ]
+    s = opinfo_sweep.summarize(results)
+    assert s["samples_passed"] == 13 and s["samples_failed"] == 1 and s["samples_cpu_error"] == 4
+    assert s["pass_rate"] == pytest.approx(13 / 14)

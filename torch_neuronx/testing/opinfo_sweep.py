@@ -1,0 +1,542 @@
+"""PyTorch's OpInfo database, op by op, on ``neuron`` against CPU.
+
+For every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db`` and
+each of float32, bfloat16, float16, int64 and bool that the op supports on CPU, every
+sample input runs on CPU (the oracle) and on ``neuron``; a sample passes when all its
+checks match:
+
+- ``forward``: the outputs (values, dtypes, shapes, and that they live on ``neuron``);
+- ``grad`` (float32, ops with autograd): gradients of every input that requires grad,
+  for the same random output gradients;
+- ``inplace``: the in-place variant, its return value and the mutated input;
+- ``out``: the ``out=`` variant into empty outputs (so ``out=`` resizing is exercised).
+
+Sample inputs are made on ``neuron`` (as PyTorch's own device-generic tests make them,
+so factory ops and arguments that must stay on the CPU are exercised as users meet
+them) and copied to CPU for the oracle with their exact layout (storage size, offset,
+strides, and storage shared between arguments), so views and non-contiguous inputs
+are compared as they are. Random ops are compared exactly: every run is seeded
+and ``neuron`` generators draw the CPU stream. A sample that raises on CPU does not
+count; one that raises only on ``neuron`` is a failure.
+
+    python -m torch_neuronx.testing.opinfo_sweep                 # all ops, writes docs/coverage/ops.{md,json}
+    python -m torch_neuronx.testing.opinfo_sweep --ops add,mm,sum --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torch_neuronx.testing._compare import compare, op_tolerance
+from torch_neuronx.testing._pool import default_workers, run_isolated
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool)
+GRAD_DTYPES = (torch.float32,)
+SEED = 1234
+MAX_FAILURES_KEPT = 5  # per op, in the report; the counts are always complete
+
+# Outputs whose values are unspecified (uninitialized memory): only metadata is compared.
+UNINITIALIZED_OUTPUT = {
+    "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",
+    "torch.empty_permuted", "nn.functional.dropout", "nn.functional.feature_alpha_dropout",
+}  # fmt: skip
+
+# The core ops `make test` checks (the full database is `make coverage-ops`).
+CORE_OPS = (
+    "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "pow", "tanh", "sigmoid",
+    "nn.functional.silu", "nn.functional.gelu", "nn.functional.relu", "where", "clamp", "masked_fill",
+    "eq", "ne", "lt", "gt", "ge", "le", "logical_not", "bitwise_and", "maximum", "minimum", "addcmul",
+    "addcdiv", "lerp", "triu", "tril", "cumsum", "sum", "mean", "amax", "amin", "argmax", "max", "min",
+    "var", "std", "prod", "all", "any", "linalg.vector_norm", "logsumexp", "topk", "sort", "softmax",
+    "log_softmax", "nn.functional.layer_norm", "nn.functional.rms_norm", "nn.functional.embedding",
+    "index_select", "gather", "scatter", "scatter_add", "index_put", "index_add", "nonzero", "cat",
+    "stack", "mm", "bmm", "addmm", "baddbmm", "matmul", "nn.functional.linear",
+    "nn.functional.scaled_dot_product_attention", "nn.functional.cross_entropy", "nn.functional.mse_loss",
+    "transpose", "permute", "view", "reshape", "expand", "narrow", "select", "unsqueeze", "squeeze",
+    "contiguous", "clone", "full", "zeros", "ones", "arange", "normal", "uniform", "bernoulli",
+    "multinomial", "nn.functional.dropout", "to", "fill", "zero_", "repeat", "flip", "roll", "chunk",
+    "split", "where", "rsub", "reciprocal", "cos", "sin", "erf", "log1p", "expm1", "isnan", "equal",
+)  # fmt: skip
+
+_NEURON = torch.device("neuron", 0)
+
+
+def _op_db():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def op_key(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def all_op_keys() -> list[str]:
+    return [op_key(op) for op in _op_db()]
+
+
+_OPS_BY_KEY: dict[str, Any] = {}
+
+
+def _find_op(key: str):
+    if not _OPS_BY_KEY:
+        _OPS_BY_KEY.update((op_key(op), op) for op in _op_db())
+    try:
+        return _OPS_BY_KEY[key]
+    except KeyError:
+        raise KeyError(f"no OpInfo named {key!r}; names are op.name or op.name.variant_test_name") from None
+
+
+# ---- the CPU oracle's copy of a sample, layout and aliasing kept ------------------
+
+
+class _Unsupported(Exception):
+    """A sample the device does not take by design (sparse, quantized, nested tensors)."""
+
+
+def _is_neuron_device(v: Any) -> bool:
+    return (isinstance(v, str) and v.split(":")[0] == "neuron") or (
+        isinstance(v, torch.device) and v.type == "neuron"
+    )
+
+
+class _ToCPU:
+    """Copies a sample made on ``neuron`` to CPU with the exact storage layout (size,
+    offset, strides, conj/neg bits); tensors sharing a storage share the copy too, so
+    aliasing between arguments is kept. Device arguments become ``cpu``."""
+
+    def __init__(self) -> None:
+        self._storages: dict[int, torch.Tensor] = {}
+
+    def tensor(self, t: torch.Tensor) -> torch.Tensor:
+        if t.layout != torch.strided or t.is_quantized or t.is_nested:
+            raise _Unsupported(f"{t.layout} tensors")
+        with torch.no_grad():
+            st = t.untyped_storage()
+            key = st._cdata  # the StorageImpl: equal for every tensor over this storage
+            raw = self._storages.get(key)
+            if raw is None:
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st).to("cpu", copy=True)
+                self._storages[key] = raw
+            c = torch.empty(0, dtype=t.dtype).set_(raw.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+            if t.is_conj():
+                c = c.conj()
+            if t.is_neg():
+                c = c._neg_view()
+        if t.requires_grad:
+            c.requires_grad_(True)
+        return c
+
+    def __call__(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return self.tensor(obj)
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(self(v) for v in obj))
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self(v) for v in obj)
+        if isinstance(obj, dict):
+            return {k: self(v) for k, v in obj.items()}
+        if _is_neuron_device(obj):
+            return "cpu" if isinstance(obj, str) else torch.device("cpu")
+        return obj
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    return []
+
+
+def _detached(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone() if obj.requires_grad else obj
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_detached(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
+
+
+def _empty_out(result: Any, device) -> Any:
+    """Empty tensors to pass as ``out=``: matching dtypes, size 0 so the op must resize."""
+    if isinstance(result, torch.Tensor):
+        return torch.empty(0, dtype=result.dtype, device=device)
+    if isinstance(result, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in result):
+        return tuple(torch.empty(0, dtype=t.dtype, device=device) for t in result)
+    return None
+
+
+# ---- one op ----------------------------------------------------------------------
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"
+
+
+def _run(fn, seed: int = SEED):
+    torch.manual_seed(seed)
+    return fn()
+
+
+class _Result:
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.counts: dict[str, Counter] = {}
+        self.failures: list[dict] = []
+        self.checks: Counter = Counter()  # per check kind: run / passed
+
+    def record(self, dtype: torch.dtype, outcome: str) -> None:
+        self.counts.setdefault(str(dtype).replace("torch.", ""), Counter())[outcome] += 1
+
+    def fail(self, dtype, index: int, check: str, message: str, sample) -> None:
+        if len(self.failures) < MAX_FAILURES_KEPT:
+            summary = ""
+            try:
+                summary = sample.summary()
+            except Exception:  # noqa: BLE001 - a summary is a courtesy
+                pass
+            self.failures.append(
+                {"dtype": str(dtype).replace("torch.", ""), "sample": index, "check": check,
+                 "message": message[:500], "input": summary[:300]}
+            )  # fmt: skip
+
+    def as_dict(self, seconds: float) -> dict:
+        return {"op": self.key, "counts": {k: dict(v) for k, v in self.counts.items()},
+                "checks": dict(self.checks), "failures": self.failures, "seconds": round(seconds, 2)}  # fmt: skip
+
+
+def _check_sample(op, sample, dtype, with_grad: bool, res: _Result, index: int) -> str:
+    """Runs every applicable check of one sample (made on ``neuron``; the oracle runs on
+    an exact CPU copy). Returns pass / fail / cpu-error / unsupported."""
+    uninit = op.name in UNINITIALIZED_OUTPUT
+    n_input, n_args, n_kwargs = sample.input, sample.args, sample.kwargs
+    to_c = _ToCPU()
+    try:
+        c_input, c_args, c_kwargs = to_c(n_input), to_c(n_args), to_c(n_kwargs)
+    except _Unsupported:
+        return "unsupported"
+
+    # forward (+ grad)
+    with torch.set_grad_enabled(with_grad):
+        try:
+            expected = _run(lambda: op(c_input, *c_args, **c_kwargs))
+        except Exception:  # noqa: BLE001 - invalid sample for CPU: not counted
+            return "cpu-error"
+        res.checks["forward"] += 1
+        try:
+            actual = _run(lambda: op(n_input, *n_args, **n_kwargs))
+        except NotImplementedError as e:
+            # Sparse/quantized results are not supported on the device by design; that
+            # must be said with a clear error, which then does not count.
+            if _non_strided(expected):
+                return "unsupported"
+            res.fail(dtype, index, "forward", f"raised on neuron only: {_short(e)}", sample)
+            return "fail"
+        except Exception as e:  # noqa: BLE001
+            res.fail(dtype, index, "forward", f"raised on neuron only: {_short(e)}", sample)
+            return "fail"
+    # values of uninitialized outputs are unspecified; shapes, dtypes and devices still count
+    device_type = _result_device_type(n_input, n_args, n_kwargs)
+    d = compare(actual, expected, tolerance=op_tolerance, values=not uninit, device_type=device_type)
+    if not d.ok:
+        res.fail(dtype, index, "forward", d.summary(), sample)
+        return "fail"
+    res.checks["forward_passed"] += 1
+    ok = True
+
+    if with_grad and not uninit:
+        c_inputs = [t for t in _tensors((c_input, c_args, c_kwargs)) if t.requires_grad]
+        n_inputs = [t for t in _tensors((n_input, n_args, n_kwargs)) if t.requires_grad]
+        ok &= _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index)
+
+    if op.inplace_variant is not None and not uninit:
+        ok &= _check_variant("inplace", op, sample, dtype, res, index)
+    if op.supports_out and not uninit:
+        ok &= _check_variant("out", op, sample, dtype, res, index)
+    return "pass" if ok else "fail"
+
+
+def _devices_named(obj: Any) -> set[str]:
+    if isinstance(obj, torch.Tensor):
+        return {obj.device.type}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_devices_named(v) for v in obj)) if obj else set()
+    if isinstance(obj, dict):
+        return set().union(*(_devices_named(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, torch.device):
+        return {obj.type}
+    if isinstance(obj, str) and obj.split(":")[0] in ("cpu", "neuron"):
+        return {obj.split(":")[0]}
+    return set()
+
+
+def _result_device_type(n_input, n_args, n_kwargs) -> str:
+    """Where tensor results must be: on CPU when the sample asks for it
+    (``empty_like(x, device="cpu")``, ``x.to("cpu")``) or does not involve the device at
+    all (a factory call without a device argument); on ``neuron`` otherwise."""
+    if _asks_for_cpu((n_args, n_kwargs)) or "neuron" not in _devices_named((n_input, n_args, n_kwargs)):
+        return "cpu"
+    return "neuron"
+
+
+def _asks_for_cpu(obj: Any) -> bool:
+    if isinstance(obj, (list, tuple)):
+        return any(_asks_for_cpu(v) for v in obj)
+    if isinstance(obj, dict):
+        return any(_asks_for_cpu(v) for v in obj.values())
+    return (isinstance(obj, str) and obj == "cpu") or (isinstance(obj, torch.device) and obj.type == "cpu")
+
+
+def _non_strided(obj: Any) -> bool:
+    return any(t.layout != torch.strided or t.is_quantized for t in _tensors(obj))
+
+
+def _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index) -> bool:
+    c_outs = [t for t in _tensors(sample.output_process_fn_grad(expected)) if t.requires_grad]
+    n_outs = [t for t in _tensors(sample.output_process_fn_grad(actual)) if t.requires_grad]
+    if not c_inputs or not c_outs:
+        return True
+    if len(c_outs) != len(n_outs) or len(c_inputs) != len(n_inputs):
+        res.checks["grad"] += 1
+        res.fail(dtype, index, "grad", f"{len(n_outs)} differentiable outputs on neuron, {len(c_outs)} on CPU", sample)
+        return False
+    g = torch.Generator().manual_seed(SEED)
+    grads_out = [torch.randn(t.shape, generator=g, dtype=t.dtype) if t.is_floating_point() else None for t in c_outs]
+    try:
+        expected_g = torch.autograd.grad(c_outs, c_inputs, grads_out, allow_unused=True)
+    except Exception:  # noqa: BLE001 - no backward on CPU for this sample
+        return True
+    res.checks["grad"] += 1
+    try:
+        actual_g = torch.autograd.grad(
+            n_outs, n_inputs, [None if x is None else x.to(_NEURON) for x in grads_out], allow_unused=True
+        )
+    except Exception as e:  # noqa: BLE001
+        res.fail(dtype, index, "grad", f"backward raised on neuron only: {_short(e)}", sample)
+        return False
+    d = compare(list(actual_g), list(expected_g), tolerance=op_tolerance)
+    if not d.ok:
+        res.fail(dtype, index, "grad", d.summary(), sample)
+        return False
+    res.checks["grad_passed"] += 1
+    return True
+
+
+def _check_variant(kind: str, op, sample, dtype, res, index) -> bool:
+    with torch.no_grad():
+        n_input, n_args, n_kwargs = _detached(sample.input), _detached(sample.args), _detached(sample.kwargs)
+        if kind == "inplace":
+            n_input = n_input.clone() if isinstance(n_input, torch.Tensor) else n_input
+            fn = op.inplace_variant
+        else:
+            fn = op.op
+        to_c = _ToCPU()
+        c_input, c_args, c_kwargs = to_c(n_input), to_c(n_args), to_c(n_kwargs)
+        if kind == "out":
+            try:
+                probe = _run(lambda: op(c_input, *c_args, **c_kwargs))
+            except Exception:  # noqa: BLE001
+                return True
+            if _empty_out(probe, "cpu") is None:
+                return True
+            c_kwargs = dict(c_kwargs, out=_empty_out(probe, "cpu"))
+            n_kwargs = dict(n_kwargs, out=_empty_out(probe, _NEURON))
+        try:
+            c_ret = _run(lambda: fn(c_input, *c_args, **c_kwargs))
+        except Exception:  # noqa: BLE001 - e.g. an in-place op that would change the dtype
+            return True
+        res.checks[kind] += 1
+        try:
+            n_ret = _run(lambda: fn(n_input, *n_args, **n_kwargs))
+        except Exception as e:  # noqa: BLE001
+            res.fail(dtype, index, kind, f"raised on neuron only: {_short(e)}", sample)
+            return False
+        mutated_c = c_input if kind == "inplace" else c_kwargs["out"]
+        mutated_n = n_input if kind == "inplace" else n_kwargs["out"]
+        device_type = _result_device_type(n_input, n_args, n_kwargs)
+        d = compare([n_ret, mutated_n], [c_ret, mutated_c], tolerance=op_tolerance, device_type=device_type)
+        if d.ok and kind == "inplace" and isinstance(n_ret, torch.Tensor) and n_ret is not n_input:
+            d.ok, d.message = False, "in-place variant did not return its input"
+        if not d.ok:
+            res.fail(dtype, index, kind, d.summary(), sample)
+            return False
+        res.checks[f"{kind}_passed"] += 1
+        return True
+
+
+def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> dict:
+    """Runs every sample of the OpInfo ``key`` in each supported dtype; returns counts
+    per dtype (pass / fail / cpu-error / unsupported), checks run, and the first failures."""
+    warnings.simplefilter("ignore")
+    start = time.perf_counter()
+    op = _find_op(key)
+    res = _Result(key)
+    supported = op.supported_dtypes("cpu")
+    for dtype in dtypes:
+        if dtype not in supported:
+            continue
+        with_grad = dtype in GRAD_DTYPES and op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
+        torch.manual_seed(SEED)
+        try:
+            samples = list(op.sample_inputs("neuron", dtype, requires_grad=with_grad))
+        except Exception as e:  # noqa: BLE001 - making the inputs on the device failed
+            try:
+                list(op.sample_inputs("cpu", dtype, requires_grad=with_grad))
+            except Exception:  # noqa: BLE001 - fails on CPU too: not the device's doing
+                res.record(dtype, "cpu-error")
+                continue
+            res.record(dtype, "fail")
+            res.fail(dtype, -1, "samples", f"making sample inputs on neuron failed: {_short(e)}", None)
+            continue
+        for i, sample in enumerate(samples):
+            try:
+                outcome = _check_sample(op, sample, dtype, with_grad, res, i)
+            except Exception as e:  # noqa: BLE001 - a bug in the sweep must show, not pass
+                res.fail(dtype, i, "sweep", f"{_short(e)}", sample)
+                outcome = "fail"
+            res.record(dtype, outcome)
+    return res.as_dict(time.perf_counter() - start)
+
+
+def _check_op_item(key: str) -> dict:
+    return check_op(key)
+
+
+# ---- report ----------------------------------------------------------------------
+
+
+def summarize(results: list[dict]) -> dict:
+    total = Counter()
+    per_op = []
+    for r in results:
+        c = Counter()
+        for v in r.get("counts", {}).values():
+            c.update(v)
+        if r.get("status") in ("crash", "timeout"):
+            c["fail"] += max(1, c["fail"])  # never counted as passing
+        total.update(c)
+        ran = c["pass"] + c["fail"]
+        per_op.append({"op": r["op"], "pass": c["pass"], "fail": c["fail"], "cpu-error": c["cpu-error"],
+                       "unsupported": c["unsupported"], "rate": (c["pass"] / ran) if ran else None,
+                       "status": r.get("status", "ok"), "failures": r.get("failures", []),
+                       "counts": r.get("counts", {}), "checks": r.get("checks", {}),
+                       "error": r.get("error", ""), "seconds": r.get("seconds", 0.0)})  # fmt: skip
+    ran = total["pass"] + total["fail"]
+    return {"samples_run": ran, "samples_passed": total["pass"], "samples_failed": total["fail"],
+            "samples_cpu_error": total["cpu-error"], "samples_unsupported": total["unsupported"],
+            "pass_rate": (total["pass"] / ran) if ran else 0.0, "ops": per_op}  # fmt: skip
+
+
+def write_report(summary: dict, out_dir: Path, command: str, seconds: float, workers: int) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"torch": torch.__version__, "date": datetime.date.today().isoformat(), "command": command,
+            "dtypes": [str(d).replace("torch.", "") for d in DTYPES], "wall_seconds": round(seconds, 1),
+            "workers": workers, "python": platform.python_version()}  # fmt: skip
+    (out_dir / "ops.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
+    ops = summary["ops"]
+    failing = [o for o in ops if o["fail"]]
+    lines = [
+        "# OpInfo coverage of the `neuron` device",
+        "",
+        f"Every OpInfo of PyTorch {torch.__version__}'s `op_db` ({len(ops)} entries), every sample input, in "
+        f"{', '.join(meta['dtypes'])} where the op supports the dtype on CPU: outputs compared with CPU, plus "
+        "gradients (float32), the in-place variant and the `out=` variant (into empty outputs). "
+        "A sample passes when all its checks match. Samples that raise on CPU are not counted; "
+        "crashes and timeouts count as failures.",
+        "",
+        f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
+        "",
+        f"**{summary['samples_passed']} of {summary['samples_run']} samples pass "
+        f"({100 * summary['pass_rate']:.2f}%)**; {summary['samples_failed']} fail; "
+        f"{summary['samples_cpu_error']} raised on CPU (not counted); "
+        f"{summary['samples_unsupported']} use layouts the device does not support (sparse/quantized, not counted).",
+        "",
+    ]
+    if failing:
+        lines += ["## Failures", "", "| op | failed | first failure |", "|---|---:|---|"]
+        for o in sorted(failing, key=lambda o: -o["fail"]):
+            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
+        lines.append("")
+    lines += ["## Per op", "", "| op | samples passed | rate | cpu-error | seconds |", "|---|---:|---:|---:|---:|"]
+    for o in ops:
+        rate = "—" if o["rate"] is None else f"{100 * o['rate']:.0f}%"
+        lines.append(f"| `{o['op']}` | {o['pass']} of {o['pass'] + o['fail']} | {rate} | {o['cpu-error']} | "
+                     f"{o['seconds']:.1f} |")  # fmt: skip
+    (out_dir / "ops.md").write_text("\n".join(lines) + "\n")
+
+
+def run_sweep(keys: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
+    from tqdm import tqdm
+
+    results = []
+    bar = tqdm(total=len(keys), desc="OpInfo sweep", unit="op", disable=not progress, file=sys.stderr)
+    for o in run_isolated(_check_op_item, keys, workers=workers, timeout=timeout):
+        if o.kind == "ok":
+            r = dict(o.value, status="ok")
+        else:
+            r = {"op": o.item, "status": o.kind, "error": o.error.strip().splitlines()[0] if o.error else o.kind,
+                 "counts": {}, "failures": [], "seconds": round(o.seconds, 2)}  # fmt: skip
+        results.append(r)
+        bar.update(1)
+    bar.close()
+    order = {k: i for i, k in enumerate(keys)}
+    return sorted(results, key=lambda r: order[r["op"]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
+    p.add_argument("--core", action="store_true", help="only the core ops that `make test` checks")
+    p.add_argument("--workers", type=int, default=default_workers())
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per op before it counts as a timeout")
+    p.add_argument("--out-dir", default="docs/coverage")
+    p.add_argument("--no-write", action="store_true", help="print the summary only")
+    args = p.parse_args(argv)
+    keys = all_op_keys()
+    if args.ops:
+        wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
+        unknown = [k for k in wanted if k not in keys and not any(x.split(".")[0] == k for x in keys)]
+        if unknown:
+            p.error(f"unknown OpInfo name(s): {', '.join(unknown)}")
+        keys = [k for k in keys if k in wanted or k.split(".")[0] in wanted]
+    elif args.core:
+        keys = [k for k in keys if k.split(".")[0] in CORE_OPS or k in CORE_OPS]
+    start = time.perf_counter()
+    results = run_sweep(keys, args.workers, args.timeout)
+    seconds = time.perf_counter() - start
+    summary = summarize(results)
+    print(f"{summary['samples_passed']} passed, {summary['samples_failed']} failed "
+          f"({100 * summary['pass_rate']:.2f}% of {summary['samples_run']} samples; "
+          f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s")  # fmt: skip
+    for o in summary["ops"]:
+        if o["fail"]:
+            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+    if not args.no_write:
+        cmd = "python -m torch_neuronx.testing.opinfo_sweep" + (f" --ops {args.ops}" if args.ops else "")
+        write_report(summary, Path(args.out_dir), cmd, seconds, args.workers)
+    return 0 if summary["samples_failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())
