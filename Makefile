@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench clean
+.PHONY: run test test-cpp test-py build deps sysdeps bench coverage coverage-ops coverage-transformers clean
 
 run: build
 	$(PY) -m torch_neuronx.collect_env
@@ -47,6 +47,17 @@ test-py: build
 
 bench: build
 	$(PY) benchmarks/eager_overhead.py
+
+# Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
+# `make test` runs the fast subsets (tests/test_coverage_*.py).
+COVERAGE_WORKERS ?= 2
+coverage: coverage-transformers coverage-ops
+
+coverage-transformers: build
+	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
+
+coverage-ops: build
+	$(PY) -m torch_neuronx.testing.opinfo_sweep --workers $(COVERAGE_WORKERS)
 
 clean:
 	rm -rf build .venv/.built

@@ -145,8 +145,10 @@ def test_fallback_is_tracked_and_policy_applies():
     assert fb.get("aten::special_i0.out", 0) + fb.get("aten::i0.out", 0) + fb.get("aten::i0", 0) >= 1
     with torch.neuron.fallback_policy("error"):
         assert torch.neuron.get_fallback_policy() == "error"
+        torch.neuron.clear_op_tracking()
         with pytest.raises(NotImplementedError, match="has no native neuron kernel.*set_fallback_policy"):
             torch.special.i0(x)
+        assert torch.neuron.get_fallback_ops() == {}  # refused, so it did not run
         (x + y).sum()  # explicit kernels still run
     with torch.neuron.fallback_policy("warn"):
         with pytest.warns(UserWarning, match="generic fallback"):
@@ -244,3 +246,80 @@ def test_load_onto_a_missing_device_is_a_clear_error(tmp_path, run_python):
         env={"NEURON_RT_VISIBLE_CORES": ""},
     )
     assert out.strip() == "cpu"
+
+
+def test_sdpa_takes_the_cpu_flash_kernel():
+    # The backend choice is CPU's, so the fused flash kernel runs (not the unfused math path),
+    # results equal CPU's, and a mask that requires grad takes the differentiable path.
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 12, 16, generator=g) for _ in range(3))
+    torch.neuron.clear_op_tracking()
+    with torch.neuron.fallback_policy("error"):
+        n, c = both(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    assert torch.equal(n.cpu(), c)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in torch.neuron.get_executed_ops()
+    mask = torch.randn(12, 12, generator=g, requires_grad=True)
+    mask_n = mask.detach().to("neuron").requires_grad_()
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+    qn, kn, vn = (t.to("neuron") for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(qn, kn, vn, attn_mask=mask_n).sum().backward()
+    torch.testing.assert_close(mask_n.grad.cpu(), mask.grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_convolution_forward_and_backward(transposed):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 9, 9, generator=g, requires_grad=True)
+    w = torch.randn(3, 4, 3, 3, generator=g, requires_grad=True) if transposed else \
+        torch.randn(4, 3, 3, 3, generator=g, requires_grad=True)
+    b = torch.randn(4, generator=g, requires_grad=True)
+    conv = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
+    xn, wn, bn = (t.detach().to("neuron").requires_grad_() for t in (x, w, b))
+    y, yn = conv(x, w, b, stride=2, padding=1), conv(xn, wn, bn, stride=2, padding=1)
+    assert yn.device.type == "neuron"
+    torch.testing.assert_close(yn.cpu(), y)
+    gy = torch.randn(y.shape, generator=g)
+    y.backward(gy)
+    yn.backward(gy.to("neuron"))
+    for a, e in ((xn, x), (wn, w), (bn, b)):
+        torch.testing.assert_close(a.grad.cpu(), e.grad)
+
+
+def test_integer_histc_counts_like_cuda():
+    # CUDA accepts integer input (MoE routers count tokens per expert this way); CPU does not.
+    ids = torch.randint(0, 8, (200,), dtype=torch.int32, generator=torch.Generator().manual_seed(4))
+    n = torch.histc(ids.to("neuron"), bins=8, min=0, max=7)
+    assert n.dtype == torch.int32 and n.device.type == "neuron"
+    assert torch.equal(n.cpu(), torch.bincount(ids, minlength=8).to(torch.int32))
+    out = torch.empty(0, dtype=torch.int32, device="neuron")
+    torch.histc(ids.to("neuron"), bins=8, min=0, max=7, out=out)
+    assert torch.equal(out.cpu(), n.cpu())
+    f = torch.randn(100)
+    torch.testing.assert_close(torch.histc(f.to("neuron"), bins=5).cpu(), torch.histc(f, bins=5))
+
+
+def test_cpu_kernel_is_preferred_over_composite():
+    # addr has a CPU kernel and a composite one; the device must compute what CPU computes.
+    g = torch.Generator().manual_seed(5)
+    m, a, b = (torch.randn(*s, generator=g).bfloat16() for s in ((16, 12), (16,), (12,)))
+    n, c = both(lambda m, a, b: torch.addr(m, a, b, beta=0.5, alpha=3), m, a, b)
+    assert torch.equal(n.cpu(), c)
+    n, c = both(lambda m: torch.all(m > 0, dim=(0, 1)), m)
+    assert torch.equal(n.cpu(), c)
+
+
+def test_sparse_results_are_a_clear_error():
+    x = torch.randn(4, 4, device="neuron")
+    with pytest.raises(NotImplementedError, match="supports only strided .dense. tensors"):
+        x.to_sparse()
+
+
+def test_linear_cross_entropy_accumulates_like_cpu():
+    # PyTorch picks the chunked path's accumulation per device type; neuron accumulates in fp32 as CPU does.
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    g = torch.Generator().manual_seed(6)
+    x, w = torch.randn(8, 8, generator=g).bfloat16(), torch.randn(8, 8, generator=g).bfloat16()
+    t = torch.randint(0, 8, (8,), generator=g)
+    f = torch.nn.functional.linear_cross_entropy
+    n, c = both(lambda x, w, t: f(x, w, t, reduction="none", options=opts), x, w, t)
+    assert torch.equal(n.cpu(), c)

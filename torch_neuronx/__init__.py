@@ -72,6 +72,9 @@ def _register() -> None:
     # PyTorch's own mechanism for keeping identity; TORCH_NEURONX_SWAP_MODULE_PARAMS=0 opts out.
     if os.environ.get("TORCH_NEURONX_SWAP_MODULE_PARAMS", "1") != "0":
         torch.__future__.set_swap_module_params_on_conversion(True)
+    from torch_neuronx import _device_defaults
+
+    _device_defaults.register()
     _registered = True
 
 
@@ -85,8 +88,22 @@ from torch_neuronx.neuron import (  # noqa: E402
     set_fallback_policy,
 )
 
+
+def __getattr__(name: str):
+    # check_model is imported on first use: torch imports this package on every `import torch`,
+    # and importing torch_neuronx.check here would also make `python -m torch_neuronx.check`
+    # run a module that is already imported (runpy's RuntimeWarning).
+    if name == "check_model":
+        from torch_neuronx.check import check_model
+
+        globals()["check_model"] = check_model
+        return check_model
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__",
+    "check_model",
     "clear_op_tracking",
     "get_executed_ops",
     "get_fallback_ops",

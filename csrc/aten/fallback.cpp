@@ -53,9 +53,9 @@ bool is_optional_tensor_list(const c10::IValue& v) {
 
 void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
   const OpInfo& info = info_for(op);
+  apply_fallback_policy(info.name);  // first: an op the policy refuses has not run
   info.counter->executed.fetch_add(1, std::memory_order_relaxed);
   info.counter->fallback.fetch_add(1, std::memory_order_relaxed);
-  apply_fallback_policy(info.name);
 
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();

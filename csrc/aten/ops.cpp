@@ -14,7 +14,6 @@
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale_ops.h>
 #include <ATen/ops/_amp_update_scale_ops.h>
 #include <ATen/ops/_foreach_add_ops.h>
-#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_foreach_addcdiv_ops.h>
 #include <ATen/ops/_foreach_addcmul_ops.h>
 #include <ATen/ops/_foreach_div_ops.h>
@@ -24,6 +23,7 @@
 #include <ATen/ops/_foreach_norm_ops.h>
 #include <ATen/ops/_foreach_sqrt_ops.h>
 #include <ATen/ops/_fused_adamw_ops.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/_local_scalar_dense_ops.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
@@ -70,11 +70,15 @@
 #include <ATen/ops/expm1_ops.h>
 #include <ATen/ops/exponential_ops.h>
 #include <ATen/ops/fill_ops.h>
+#include <ATen/ops/flip_ops.h>
+#include <ATen/ops/floor_divide_ops.h>
+#include <ATen/ops/floor_ops.h>
 #include <ATen/ops/gather_ops.h>
 #include <ATen/ops/ge_ops.h>
 #include <ATen/ops/gelu_backward_ops.h>
 #include <ATen/ops/gelu_ops.h>
 #include <ATen/ops/gt_ops.h>
+#include <ATen/ops/histc_ops.h>
 #include <ATen/ops/index_add_ops.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_put_ops.h>
@@ -87,7 +91,9 @@
 #include <ATen/ops/linalg_vector_norm_ops.h>
 #include <ATen/ops/log1p_ops.h>
 #include <ATen/ops/log_ops.h>
+#include <ATen/ops/logical_and_ops.h>
 #include <ATen/ops/logical_not_ops.h>
+#include <ATen/ops/logical_or_ops.h>
 #include <ATen/ops/logsumexp_ops.h>
 #include <ATen/ops/lt_ops.h>
 #include <ATen/ops/masked_fill_ops.h>
@@ -121,6 +127,7 @@
 #include <ATen/ops/random_ops.h>
 #include <ATen/ops/reciprocal_ops.h>
 #include <ATen/ops/relu_ops.h>
+#include <ATen/ops/remainder_ops.h>
 #include <ATen/ops/resize_ops.h>
 #include <ATen/ops/rsqrt_ops.h>
 #include <ATen/ops/rsub_ops.h>
@@ -131,6 +138,8 @@
 #include <ATen/ops/silu_backward_ops.h>
 #include <ATen/ops/silu_ops.h>
 #include <ATen/ops/sin_ops.h>
+#include <ATen/ops/softplus_backward_ops.h>
+#include <ATen/ops/softplus_ops.h>
 #include <ATen/ops/sort_ops.h>
 #include <ATen/ops/sqrt_ops.h>
 #include <ATen/ops/stack_ops.h>
@@ -274,13 +283,43 @@ at::Tensor& neuron_set_empty(at::Tensor& self) {
   return neuron_set_storage(self, std::move(fresh), 0, {0}, {});
 }
 
+// histc of integer tensors: CUDA computes it and libraries rely on that (MoE routers
+// count tokens per expert with torch.histc on int32 ids); ATen's CPU kernel takes only
+// floating types. Integers are counted in float64 (exact below 2**53) and the counts
+// returned in the input dtype, as CUDA returns them.
+at::Tensor neuron_histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  using Kernel = NeuronKernel<at::_ops::histc, false>;
+  if (at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kBool) return Kernel::run(self, bins, min, max);
+  return Kernel::run(self.to(at::kDouble), bins, min, max).to(self.scalar_type());
+}
+
+at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max,
+                             at::Tensor& out) {
+  if (at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kBool) {
+    return NeuronKernel<at::_ops::histc_out, false>::run(self, bins, min, max, out);
+  }
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
+              self.scalar_type(), " and hist ", out.scalar_type());
+  at::Tensor counts = neuron_histc(self, bins, min, max);
+  at::native::resize_output(out, counts.sizes());
+  out.copy_(counts);
+  return out;
+}
+
 // scaled_dot_product_attention asks this stub which kernel to use; without an answer for
 // PrivateUse1 it takes the unfused math path. Answering as CPU does sends neuron to the
 // same fused CPU flash kernel, so results and speed match CPU.
 int64_t neuron_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                                 std::optional<double> scale, bool enable_gqa) {
-  auto host = [](const at::Tensor& t) { return t.device().type() == kNeuron ? cpu_alias(t) : t; };
+  // The choice depends on requires_grad (no fused kernel differentiates attn_mask), so
+  // the aliases carry it; they live only for this call.
+  auto host = [](const at::Tensor& t) {
+    if (t.device().type() != kNeuron) return t;
+    at::Tensor a = cpu_alias(t);
+    if (t.requires_grad()) a.requires_grad_(true);
+    return a;
+  };
   std::optional<at::Tensor> m;
   if (mask.has_value() && mask->defined()) m = host(*mask);
   return at::_ops::_fused_sdp_choice::call(host(q), host(k), host(v), m, dropout_p, is_causal, scale, enable_gqa);
@@ -422,7 +461,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("logsumexp", logsumexp, false);
   NEURON_KERNEL("topk", topk, false);
   NEURON_KERNEL("sort.stable", sort_stable, false);
-  NEURON_KERNEL("mode.values", mode_values, false);  // its composite rejects non-CPU/CUDA devices
+  NEURON_KERNEL("mode.values", mode_values, false);
+  m.impl("histc", TORCH_FN(neuron_histc));
+  m.impl("histc.out", TORCH_FN(neuron_histc_out));  // its composite rejects non-CPU/CUDA devices
   NEURON_KERNEL("_softmax", _softmax, false);
   NEURON_KERNEL("_log_softmax", _log_softmax, false);
   NEURON_KERNEL("_softmax_backward_data", _softmax_backward_data, false);
@@ -468,6 +509,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("arange.start_out", arange_start_out, false);
   NEURON_KERNEL("equal", equal, false);
   NEURON_KERNEL("isnan", isnan, false);
+  // Out variants: PyTorch's generated functional/in-place wrappers for structured ops
+  // (le, scatter_, softplus, ...) call these on backends that lack the functional kernel.
+  // Listed from the fallback ops the transformers sweep reported most often.
+  NEURON_KERNEL("le.Tensor_out", le_Tensor_out, false);
+  NEURON_KERNEL("ge.Tensor_out", ge_Tensor_out, false);
+  NEURON_KERNEL("logical_and.out", logical_and_out, false);
+  NEURON_KERNEL("logical_or.out", logical_or_out, false);
+  NEURON_KERNEL("scatter.src_out", scatter_src_out, false);
+  NEURON_KERNEL("scatter.value_out", scatter_value_out, false);
+  NEURON_KERNEL("scatter_add.out", scatter_add_out, false);
+  NEURON_KERNEL("index_add.out", index_add_out, false);
+  NEURON_KERNEL("softplus.out", softplus_out, false);
+  NEURON_KERNEL("softplus_backward.grad_input", softplus_backward_grad_input, false);
+  NEURON_KERNEL("floor.out", floor_out, false);
+  NEURON_KERNEL("clamp.out", clamp_out, false);
+  NEURON_KERNEL("remainder.Tensor_out", remainder_Tensor_out, false);
+  NEURON_KERNEL("floor_divide", floor_divide, false);
+  NEURON_KERNEL("flip", flip, false);
   // generate() and HF masking utilities
   NEURON_KERNEL("isneginf.out", isneginf_out, false);
   NEURON_KERNEL("isin.Tensor_Tensor_out", isin_Tensor_Tensor_out, false);

@@ -67,7 +67,8 @@ CORE_OPS = (
     "transpose", "permute", "view", "reshape", "expand", "narrow", "select", "unsqueeze", "squeeze",
     "contiguous", "clone", "full", "zeros", "ones", "arange", "normal", "uniform", "bernoulli",
     "multinomial", "nn.functional.dropout", "to", "fill", "zero_", "repeat", "flip", "roll", "chunk",
-    "split", "where", "rsub", "reciprocal", "cos", "sin", "erf", "log1p", "expm1", "isnan", "equal",
+    "split", "rsub", "reciprocal", "cos", "sin", "erf", "log1p", "expm1", "isnan", "equal", "addr",
+    "nn.functional.conv2d", "nn.functional.conv_transpose2d", "mode",
 )  # fmt: skip
 
 _NEURON = torch.device("neuron", 0)
@@ -85,6 +86,19 @@ def op_key(op) -> str:
 
 def all_op_keys() -> list[str]:
     return [op_key(op) for op in _op_db()]
+
+
+def select_op_keys(names) -> list[str]:
+    """Keys of the OpInfos named in ``names``: an op name selects all its variants
+    (``linalg.norm`` also selects ``linalg.norm.subgradients_at_zero``); a full key only itself."""
+    names = set(names)
+    return [op_key(op) for op in _op_db() if op.name in names or op_key(op) in names]
+
+
+def has_swept_dtype(key: str) -> bool:
+    """True when the op supports at least one of DTYPES on CPU (``silu.complex`` does not)."""
+    supported = _find_op(key).supported_dtypes("cpu")
+    return any(d in supported for d in DTYPES)
 
 
 _OPS_BY_KEY: dict[str, Any] = {}
@@ -398,9 +412,15 @@ def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> dict:
             samples = list(op.sample_inputs("neuron", dtype, requires_grad=with_grad))
         except Exception as e:  # noqa: BLE001 - making the inputs on the device failed
             try:
-                list(op.sample_inputs("cpu", dtype, requires_grad=with_grad))
+                cpu_samples = list(op.sample_inputs("cpu", dtype, requires_grad=with_grad))
             except Exception:  # noqa: BLE001 - fails on CPU too: not the device's doing
                 res.record(dtype, "cpu-error")
+                continue
+            if isinstance(e, NotImplementedError) and any(
+                _non_strided((x.input, x.args, x.kwargs)) for x in cpu_samples
+            ):  # the samples are sparse/quantized: unsupported by design, and said so clearly
+                for _ in cpu_samples:
+                    res.record(dtype, "unsupported")
                 continue
             res.record(dtype, "fail")
             res.fail(dtype, -1, "samples", f"making sample inputs on neuron failed: {_short(e)}", None)
@@ -514,12 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     keys = all_op_keys()
     if args.ops:
         wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
-        unknown = [k for k in wanted if k not in keys and not any(x.split(".")[0] == k for x in keys)]
+        unknown = [k for k in wanted if not select_op_keys([k])]
         if unknown:
             p.error(f"unknown OpInfo name(s): {', '.join(unknown)}")
-        keys = [k for k in keys if k in wanted or k.split(".")[0] in wanted]
+        keys = select_op_keys(wanted)
     elif args.core:
-        keys = [k for k in keys if k.split(".")[0] in CORE_OPS or k in CORE_OPS]
+        keys = select_op_keys(CORE_OPS)
     start = time.perf_counter()
     results = run_sweep(keys, args.workers, args.timeout)
     seconds = time.perf_counter() - start

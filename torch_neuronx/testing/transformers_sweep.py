@@ -1,0 +1,562 @@
+"""Hugging Face causal-LM architecture sweep: every ``AutoModelForCausalLM`` architecture,
+tiny and randomly initialised, run on CPU and on ``neuron`` with the same weights and
+inputs, and compared stage by stage.
+
+Stages: ``forward`` (logits, eval mode), ``backward`` (loss with labels = input ids, then
+every parameter gradient, train mode), ``step`` (one AdamW step, every parameter),
+``generate`` (greedy, on the initial weights, token ids compared exactly). The CPU run
+comes first: an architecture that cannot run on CPU here is ``cpu-unrunnable``, not a
+device failure.
+Each architecture runs in a worker process (``run_isolated``), so a crash or a hang is
+recorded for that architecture only.
+
+    python -m torch_neuronx.testing.transformers_sweep [--fast | --only a,b] [--workers N]
+
+writes ``docs/coverage/transformers.{md,json}`` (full runs; subsets only with an explicit
+``--out-dir``) and exits 1 when any runnable architecture does not pass.
+"""
+
+from __future__ import annotations
+
+import os
+
+# No downloads, ever: configs come from the library's defaults, weights are random.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import argparse
+import copy
+import datetime
+import inspect
+import json
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torch_neuronx.testing import compare, model_tolerance, run_isolated
+
+DEVICE = "neuron"
+BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
+STAGES = ("setup", "forward", "backward", "step", "generate")
+STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
+# lr and weight decay as a typical fine-tune; eps 1e-6 rather than 1e-8 because Adam's first
+# step is ~lr * g / (|g| + eps): for a parameter whose gradient is ~1e-9, a rounding-level
+# difference in g would otherwise move the update by a sizeable fraction of lr.
+ADAMW = dict(lr=1e-3, eps=1e-6, weight_decay=0.01)
+DEFAULT_TIMEOUT = 240.0
+REGENERATE = "python -m torch_neuronx.testing.transformers_sweep --workers 2"
+
+# The CI subset: the families most used in practice, dense and MoE, each a different code path.
+FAST_ARCHITECTURES = (
+    "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2",
+    "gpt_neox", "falcon", "opt", "olmo2", "granite", "deepseek_v3", "gpt_oss", "mixtral", "cohere", "starcoder2",
+)
+
+
+def architectures() -> list[str]:
+    """Every model type of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, in the mapping's order."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def _quiet() -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+
+
+def _error_text(e: BaseException) -> str:
+    """``Type: first line of the message`` plus where it was raised (last frame)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" [{Path(f.filename).name}:{f.lineno} in {f.name}]"
+    return f"{type(e).__name__}: {msg[:400]}{where}"
+
+
+def _build(model_type: str):
+    """The tiny float32 model on CPU and its config, weights from ``torch.manual_seed(0)``."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from torch_neuronx.testing._tiny_configs import OVERRIDES, tiny_config
+
+    override = OVERRIDES.get(model_type)
+    config = tiny_config(model_type)
+    if override is not None and override.build_from:
+        config = getattr(config, override.build_from)
+    torch.manual_seed(0)
+    try:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except Exception:
+        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        torch.manual_seed(0)
+        model = cls._from_config(config, dtype=torch.float32)
+    return model.float(), config
+
+
+def _special_ids(config, found: set[int] | None = None) -> set[int]:
+    """Every token id the config names (pad, bos, image tokens, ...), nested configs included."""
+    found = set() if found is None else found
+    for k, v in config.to_dict().items() if hasattr(config, "to_dict") else config.items():
+        if isinstance(v, dict):
+            _special_ids(v, found)
+        elif isinstance(k, str) and k.endswith(("token_id", "token_ids", "token_index")):
+            for x in v if isinstance(v, list) else [v]:
+                if isinstance(x, int) and not isinstance(x, bool):
+                    found.add(x)
+    return found
+
+
+def _vocab_size(model, config) -> int:
+    """Ids valid both as inputs and as labels: the smaller of the input embedding's rows
+    (which can include extra rows, e.g. prompt tokens) and the configured vocabulary."""
+    sizes = [getattr(config.get_text_config(decoder=True), "vocab_size", None)]
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if isinstance(emb, torch.nn.Embedding):
+        sizes.append(emb.num_embeddings)
+    return min(s for s in sizes if isinstance(s, int) and s > 0)
+
+
+def _make_batches(model_type: str, model, config) -> tuple[dict, dict]:
+    """``(train_batch, generate_batch)``: random ordinary token ids (no special ids). Training
+    pads the second row on the right (labels -100 there), generation on the left, as usual."""
+    from torch_neuronx.testing._tiny_configs import OVERRIDES
+
+    params = inspect.signature(model.forward).parameters
+    vocab = _vocab_size(model, config)
+    specials = _special_ids(config)
+    ordinary = torch.tensor([i for i in range(vocab) if i not in specials])
+    g = torch.Generator().manual_seed(1)
+    ids = ordinary[torch.randint(0, len(ordinary), (BATCH, SEQ), generator=g)]
+    pad_id = getattr(config.get_text_config(decoder=True), "pad_token_id", None)
+    pad_id = pad_id if isinstance(pad_id, int) and 0 <= pad_id < vocab else int(ordinary[0])
+    train = {"input_ids": ids.clone()}
+    gen = {"input_ids": ids[:, : SEQ // 2].clone()}
+    if "attention_mask" in params:
+        mask = torch.ones_like(ids)
+        mask[1, -PAD:] = 0
+        train["input_ids"][1, -PAD:] = pad_id
+        train["attention_mask"] = mask
+        gmask = torch.ones_like(gen["input_ids"])
+        gmask[1, :PAD] = 0
+        gen["input_ids"][1, :PAD] = pad_id
+        gen["attention_mask"] = gmask
+    labels = train["input_ids"].clone()
+    if "attention_mask" in train:
+        labels[train["attention_mask"] == 0] = -100
+    train["labels"] = labels
+    override = OVERRIDES.get(model_type)
+    if override is not None and override.batch is not None:
+        train = override.batch(config, train, g)
+        gen = {k: v for k, v in override.batch(config, gen, g).items() if k != "labels"}
+        if train["input_ids"].shape[0] != BATCH:  # one row per codebook: the mask is per sample
+            gen.pop("attention_mask", None)
+    gen["_pad_token_id"] = pad_id
+    return train, gen
+
+
+def _call_kwargs(model, batch: dict) -> dict:
+    kwargs = {k: v for k, v in batch.items() if not k.startswith("_")}
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs["use_cache"] = False  # a scoring/training forward needs no cache; generate tests it
+    return kwargs
+
+
+def _logits(out) -> torch.Tensor:
+    logits = getattr(out, "logits", None)
+    return logits if logits is not None else out[0]
+
+
+def _loss(out, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    loss = getattr(out, "loss", None)
+    if loss is not None:
+        return loss
+    # A model that does not compute its own loss: next-token cross entropy.
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def _stage_forward(model, batch: dict) -> dict:
+    model.eval()
+    torch.manual_seed(0)
+    kwargs = _call_kwargs(model, batch)
+    kwargs.pop("labels", None)
+    with torch.no_grad():
+        out = model(**kwargs)
+    return {"logits": _logits(out).detach()}
+
+
+def _stage_backward(model, batch: dict) -> dict:
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    out = model(**_call_kwargs(model, batch))
+    logits = _logits(out)
+    loss = _loss(out, logits, batch["labels"])
+    loss.backward()
+    grads = {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in model.named_parameters()}
+    return {"loss": loss.detach(), "logits": logits.detach(), "grads": grads}
+
+
+def _stage_step(model, optimizer) -> dict:
+    torch.manual_seed(0)
+    optimizer.step()
+    return {"params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+def _stage_generate(model, batch: dict) -> dict:
+    model.eval()
+    gc = copy.deepcopy(model.generation_config)
+    gc.eos_token_id = None  # so generation always runs its full length
+    if gc.pad_token_id is None:
+        gc.pad_token_id = batch["_pad_token_id"]
+    gc.do_sample = False
+    gc.num_beams = 1
+    gc.num_return_sequences = 1
+    gc.max_new_tokens = NEW_TOKENS
+    gc.min_new_tokens = None
+    gc.max_length = None
+    torch.manual_seed(0)
+    kwargs = {k: v for k, v in batch.items() if not k.startswith("_")}
+    with torch.no_grad():
+        out = model.generate(**kwargs, generation_config=gc, return_dict_in_generate=True, output_logits=True)
+    sequences = out.sequences if hasattr(out, "sequences") else out
+    logits = [x.detach() for x in (getattr(out, "logits", None) or [])]
+    return {"sequences": sequences.detach(), "logits": logits}
+
+
+def _compare_grads(dev: dict, ref: dict) -> str | None:
+    """The first parameter whose gradient is None on one side only, else None."""
+    for name, g in ref.items():
+        d = dev.get(name)
+        if (g is None) != (d is None):
+            return f"grad of {name} is {'None' if d is None else 'a tensor'} on neuron, " \
+                   f"{'None' if g is None else 'a tensor'} on CPU"
+    return None
+
+
+def _generate_mismatch(dev: dict, ref: dict) -> str:
+    """Which token differs first, and how close the CPU's top two logits were there."""
+    a, e = dev["sequences"].cpu(), ref["sequences"]
+    if a.shape != e.shape:
+        return f"sequences shape {tuple(a.shape)} != {tuple(e.shape)}"
+    diff = (a != e).nonzero()
+    row, col = (int(diff[0, 0]), int(diff[0, 1])) if len(diff) else (0, 0)
+    step = col - (e.shape[1] - len(ref["logits"]))
+    gap = ""
+    if 0 <= step < len(ref["logits"]):
+        top = ref["logits"][step][row].float().topk(2).values
+        gap = f"; CPU top-2 logit gap there {float(top[0] - top[1]):.3g}"
+    return f"generated token ids differ at row {row}, position {col}: neuron {int(a[row, col])} vs CPU " \
+           f"{int(e[row, col])}{gap}"
+
+
+def check_one_arch(model_type: str) -> dict:
+    """Run one architecture on CPU, then on neuron, and compare. Returns the result record
+    (a plain dict: arch, status, stage, reason, stages, fallback_ops, seconds, params, notes)."""
+    start = time.perf_counter()
+    _quiet()
+    record: dict[str, Any] = {"arch": model_type, "status": "pass", "stage": None, "reason": "",
+                              "stages": {}, "fallback_ops": {}, "seconds": 0.0, "params": 0, "notes": []}
+    try:
+        _check(model_type, record)
+    finally:
+        record["seconds"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def _device_copy(model):
+    """The copy of the CPU model that goes to the device (same weights, made before the CPU
+    run changes them)."""
+    return copy.deepcopy(model)
+
+
+def _check(model_type: str, record: dict) -> None:
+    stages = record["stages"]
+
+    def cpu_unrunnable(stage: str, e: BaseException) -> None:
+        record.update(status="cpu-unrunnable", stage=stage, reason=f"CPU {stage}: {_error_text(e)}")
+
+    # ---- CPU reference -------------------------------------------------------------------
+    try:
+        model, config = _build(model_type)
+        record["params"] = sum(p.numel() for p in model.parameters())
+        record["class"] = type(model).__name__
+        device_model = _device_copy(model)  # moved to neuron after the CPU run
+    except Exception as e:
+        return cpu_unrunnable("setup", e)
+    try:
+        train, gen = _make_batches(model_type, model, config)
+    except Exception as e:  # a gap in this sweep, not in the model: never hidden as cpu-unrunnable
+        record.update(status="fail", stage="harness", reason=f"making the inputs: {_error_text(e)}")
+        return
+    ref: dict[str, Any] = {}
+    try:
+        ref["forward"] = _stage_forward(model, train)
+    except Exception as e:
+        return cpu_unrunnable("forward", e)
+    # Generate runs before the training stages (on the initial weights, on both sides), so
+    # that a failed step on the device does not show up again as a generate mismatch.
+    try:
+        ref["generate"] = _stage_generate(model, gen)
+    except Exception as e:
+        stages["generate"] = f"n/a: CPU generate raised {_error_text(e)}"
+    try:
+        ref["backward"] = _stage_backward(model, train)
+    except Exception as e:
+        return cpu_unrunnable("backward", e)
+    # Matching NaNs compare equal; say so when the CPU reference has any.
+    if not bool(torch.isfinite(ref["forward"]["logits"]).all()):
+        record["notes"].append("CPU forward logits are not all finite")
+    if not torch.isfinite(ref["backward"]["loss"]):
+        record["notes"].append("CPU loss is not finite")
+    if "generate" in ref:
+        steps = ref["generate"]["logits"]
+        new = len(steps) if steps else ref["generate"]["sequences"].shape[-1] - gen["input_ids"].shape[-1]
+        if new != NEW_TOKENS:
+            record["notes"].append(f"CPU generate produced {new} new tokens, not {NEW_TOKENS}")
+    try:
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **ADAMW)
+        ref["step"] = _stage_step(model, optimizer)
+    except Exception as e:
+        return cpu_unrunnable("step", e)
+    del model, optimizer
+
+    # ---- neuron --------------------------------------------------------------------------
+    torch.neuron.clear_op_tracking()
+    try:
+        try:
+            device_model.to(DEVICE)
+            dtrain = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in train.items()}
+            dgen = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in gen.items()}
+            stages["setup"] = "pass"
+        except Exception as e:
+            stages["setup"] = f"fail: {_error_text(e)}"
+            return
+        tol = dict(tolerance=model_tolerance)
+
+        def run(stage: str, fn, check) -> dict | None:
+            try:
+                out = fn()
+            except Exception as e:
+                stages[stage] = f"fail: {_error_text(e)}"
+                return None
+            problem = check(out)
+            stages[stage] = "pass" if problem is None else f"fail: {problem}"
+            return out
+
+        def diff_or_none(d):
+            return None if d.ok else d.summary()
+
+        run("forward", lambda: _stage_forward(device_model, dtrain),
+            lambda out: diff_or_none(compare(out, ref["forward"], **tol)))
+        if "generate" in ref:
+            run("generate", lambda: _stage_generate(device_model, dgen),
+                lambda out: None if compare(out["sequences"], ref["generate"]["sequences"]).ok
+                else _generate_mismatch(out, ref["generate"]))
+        back = run("backward", lambda: _stage_backward(device_model, dtrain),
+                   lambda out: _compare_grads(out["grads"], ref["backward"]["grads"])
+                   or diff_or_none(compare(_without_none(out), _without_none(ref["backward"]), **tol)))
+        if back is None:
+            stages["step"] = "skipped: backward raised"
+        else:
+            def step():
+                opt = torch.optim.AdamW([p for p in device_model.parameters() if p.requires_grad], **ADAMW)
+                return _stage_step(device_model, opt)
+
+            run("step", step, lambda out: diff_or_none(compare(out, ref["step"], **tol)))
+    finally:
+        record["fallback_ops"] = dict(sorted(torch.neuron.get_fallback_ops().items()))
+        record["stages"] = {s: stages[s] for s in STAGES if s in stages}
+        first = next((s for s in STAGES if str(stages.get(s, "")).startswith("fail")), None)
+        if first is not None:
+            record.update(status="fail", stage=first, reason=stages[first][len("fail: "):])
+        elif record["status"] == "pass" and str(stages.get("generate", "")).startswith("n/a"):
+            record["reason"] = "generate " + stages["generate"]
+
+
+def _without_none(out: dict) -> dict:
+    return {**out, "grads": {k: v for k, v in out["grads"].items() if v is not None}}
+
+
+# ---- report -----------------------------------------------------------------------------
+
+def record_from_outcome(outcome) -> dict:
+    """The result record for one ``run_isolated`` outcome; a crash, a timeout or an exception
+    escaping the check is never a pass."""
+    if outcome.kind == "ok":
+        return outcome.value
+    status = {"crash": "crash", "timeout": "timeout"}.get(outcome.kind, "fail")
+    reason = outcome.error.strip().splitlines()[0] if outcome.error.strip() else outcome.kind
+    return {"arch": outcome.item, "status": status, "stage": None if status != "fail" else "harness",
+            "reason": reason, "stages": {}, "fallback_ops": {}, "seconds": round(outcome.seconds, 2),
+            "params": 0, "notes": []}
+
+
+def summarize(records: list[dict]) -> dict:
+    """Counts per status and the pass rate over the architectures that run on CPU."""
+    counts = {s: 0 for s in STATUSES}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    runnable = len(records) - counts["cpu-unrunnable"]
+    return {"total": len(records), **counts, "runnable": runnable,
+            "pass_rate": (counts["pass"] / runnable) if runnable else 0.0}
+
+
+def _short_ops(ops: dict) -> str:
+    names = [k.replace("aten::", "") for k in ops]
+    return ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _versions() -> dict:
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def render_markdown(records: list[dict], meta: dict) -> str:
+    s = summarize(records)
+    out = [
+        "# Hugging Face causal-LM coverage on `neuron`",
+        "",
+        f"transformers {meta['transformers']}, torch {meta['torch']}; generated {meta['date']} "
+        f"({meta['workers']} workers, {meta['wall_seconds']:.0f} s wall).",
+        "",
+        f"Regenerate: `{meta['command']}`",
+        "",
+        "Every architecture of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, shrunk to a tiny random config "
+        "(`torch_neuronx/testing/_tiny_configs.py`), runs on CPU and on `neuron` with the same weights "
+        "and inputs: forward logits, loss backward and every gradient, one AdamW step and every "
+        "parameter, greedy generate (token ids exact). `cpu-unrunnable`: the CPU reference itself "
+        "cannot run here; it is left out of the pass rate.",
+        "",
+        f"**Pass rate: {s['pass']} / {s['runnable']} = {100 * s['pass_rate']:.1f}%** "
+        f"(pass {s['pass']}, fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, "
+        f"cpu-unrunnable {s['cpu-unrunnable']}; {s['total']} architectures)",
+        "",
+        "| architecture | status | failing stage: reason / mismatch | fallback ops | seconds |",
+        "|---|---|---|---|---:|",
+    ]
+    for r in sorted(records, key=lambda r: r["arch"]):
+        detail = f"{r['stage']}: {r['reason']}" if r["status"] in ("fail", "crash", "timeout") else r["reason"]
+        out.append(f"| {r['arch']} | {r['status']} | {_cell(detail)} | {_cell(_short_ops(r['fallback_ops']), 80)} "
+                   f"| {r['seconds']:.1f} |")
+    # Failures grouped by cause: the same status, stage and error text.
+    causes: dict[tuple, list[str]] = {}
+    for r in sorted(records, key=lambda r: r["arch"]):
+        if r["status"] in ("fail", "crash", "timeout"):
+            causes.setdefault((r["status"], r["stage"], r["reason"]), []).append(r["arch"])
+    out += ["", "## Failures", ""]
+    if not causes:
+        out.append("None.")
+    for (status, stage, reason), archs in sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+        out.append(f"- {status} at stage {stage}, {len(archs)} architecture{'s' if len(archs) > 1 else ''}: "
+                   f"`{_cell(reason, 600).replace('`', '')}`  ")
+        out.append(f"  {', '.join(archs)}")
+    unrunnable = [r for r in records if r["status"] == "cpu-unrunnable"]
+    out += ["", "## CPU-unrunnable", ""]
+    if not unrunnable:
+        out.append("None.")
+    for r in sorted(unrunnable, key=lambda r: r["arch"]):
+        out.append(f"- **{r['arch']}**: {_cell(r['reason'], 600)}")
+    na = [r for r in records if str(r["stages"].get("generate", "")).startswith("n/a")]
+    if na:
+        out += ["", "## Generate not applicable (CPU generate raised)", ""]
+        for r in sorted(na, key=lambda r: r["arch"]):
+            out.append(f"- **{r['arch']}**: {_cell(r['stages']['generate'][len('n/a: '):], 600)}")
+    return "\n".join(out) + "\n"
+
+
+def write_report(records: list[dict], out_dir: str | Path, meta: dict) -> tuple[Path, Path]:
+    """Writes ``transformers.md`` and ``transformers.json`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "transformers.md", out_dir / "transformers.json"
+    md.write_text(render_markdown(records, meta))
+    payload = {"meta": meta, "summary": summarize(records),
+               "results": sorted(records, key=lambda r: r["arch"])}
+    js.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
+    return md, js
+
+
+def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
+    from tqdm import tqdm
+
+    records: list[dict] = []
+    bar = tqdm(total=len(names), disable=not progress, unit="arch", dynamic_ncols=True)
+    try:
+        for outcome in run_isolated(check_one_arch, names, workers=workers, timeout=timeout):
+            r = record_from_outcome(outcome)
+            records.append(r)
+            s = summarize(records)
+            bar.set_postfix_str(f"pass {s['pass']} fail {s['fail']} crash {s['crash']} "
+                                f"timeout {s['timeout']} cpu-unrunnable {s['cpu-unrunnable']} | {r['arch']}")
+            bar.update(1)
+    finally:
+        bar.close()
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", help="comma-separated model types (e.g. llama,gpt2)")
+    p.add_argument("--fast", action="store_true", help="the CI subset (FAST_ARCHITECTURES)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per architecture (default 240)")
+    p.add_argument("--out-dir", default=None,
+                   help="where to write transformers.{md,json} (default docs/coverage for a full run; "
+                        "a subset run writes only when this is given)")
+    p.add_argument("--no-write", action="store_true", help="do not write the report")
+    args = p.parse_args(argv)
+
+    all_names = architectures()
+    if args.only:
+        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
+        unknown = [n for n in names if n not in all_names]
+        if unknown:
+            p.error(f"not causal-LM model types: {', '.join(unknown)}")
+    elif args.fast:
+        names = list(FAST_ARCHITECTURES)
+    else:
+        names = all_names
+    subset = bool(args.only or args.fast)
+
+    start = time.perf_counter()
+    records = run_sweep(names, args.workers, args.timeout)
+    wall = time.perf_counter() - start
+    s = summarize(records)
+    print(f"transformers sweep: {s['pass']}/{s['runnable']} pass ({100 * s['pass_rate']:.1f}%), "
+          f"fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, cpu-unrunnable {s['cpu-unrunnable']} "
+          f"of {s['total']} in {wall:.0f} s with {args.workers} workers")
+
+    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
+    if out_dir and not args.no_write:
+        command = REGENERATE if not subset else "python -m torch_neuronx.testing.transformers_sweep " + " ".join(
+            sys.argv[1:] if argv is None else argv)
+        meta = {**_versions(), "date": datetime.date.today().isoformat(), "command": command,
+                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1),
+                "architectures": len(names)}
+        md, js = write_report(records, out_dir, meta)
+        print(f"wrote {md} and {js}")
+    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
