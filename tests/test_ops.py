@@ -302,8 +302,11 @@ def test_cpu_kernel_is_preferred_over_composite():
     # addr has a CPU kernel and a composite one; the device must compute what CPU computes.
     g = torch.Generator().manual_seed(5)
     m, a, b = (torch.randn(*s, generator=g).bfloat16() for s in ((16, 12), (16,), (12,)))
-    n, c = both(lambda m, a, b: torch.addr(m, a, b, beta=0.5, alpha=3), m, a, b)
+    torch.neuron.clear_op_tracking()
+    with torch.neuron.fallback_policy("error"):  # the device's own choice, not a fallback
+        n, c = both(lambda m, a, b: torch.addr(m, a, b, beta=0.5, alpha=3), m, a, b)
     assert torch.equal(n.cpu(), c)
+    assert "aten::addr" in torch.neuron.get_executed_ops() and torch.neuron.get_fallback_ops() == {}
     n, c = both(lambda m: torch.all(m > 0, dim=(0, 1)), m)
     assert torch.equal(n.cpu(), c)
 

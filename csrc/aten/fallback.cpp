@@ -51,12 +51,8 @@ bool is_optional_tensor_list(const c10::IValue& v) {
   return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
-void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
-  const OpInfo& info = info_for(op);
-  apply_fallback_policy(info.name);  // first: an op the policy refuses has not run
-  info.counter->executed.fetch_add(1, std::memory_order_relaxed);
-  info.counter->fallback.fetch_add(1, std::memory_order_relaxed);
-
+// Runs `op` as ATen's CPU kernel over CPU aliases of its neuron arguments (boxed).
+void run_cpu_kernel_boxed(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t base = stack->size() - num_args;
@@ -122,6 +118,23 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, 
   }
 }
 
+// Ops without a neuron kernel: tracked as fallback ops and subject to the fallback policy.
+void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  const OpInfo& info = info_for(op);
+  apply_fallback_policy(info.name);  // first: an op the policy refuses has not run
+  info.counter->executed.fetch_add(1, std::memory_order_relaxed);
+  info.counter->fallback.fetch_add(1, std::memory_order_relaxed);
+  run_cpu_kernel_boxed(op, info, stack);
+}
+
+// Ops deliberately routed to their CPU kernel (register_cpu_kernel_preference): the
+// device's chosen implementation, so neither a fallback nor subject to its policy.
+void neuron_cpu_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  const OpInfo& info = info_for(op);
+  info.counter->executed.fetch_add(1, std::memory_order_relaxed);
+  run_cpu_kernel_boxed(op, info, stack);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -145,7 +158,7 @@ int register_cpu_kernel_preference() {
       continue;
     }
     std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_cpu_kernel>());
     ++n;
   }
   return n;

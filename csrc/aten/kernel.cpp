@@ -198,6 +198,10 @@ void KernelCall::finish() {
     if (a->sizes() != o->sizes() || a->strides() != o->strides() || a->storage_offset() != o->storage_offset()) {
       o->set_sizes_and_strides(a->sizes(), a->strides(), a->storage_offset());
     }
+    // Kernels may flip these view bits on an argument (linalg_lu_solve with left=False
+    // conjugates its result that way).
+    if (a->is_conj() != o->is_conj()) o->_set_conj(a->is_conj());
+    if (a->is_neg() != o->is_neg()) o->_set_neg(a->is_neg());
   }
   scope_.reset();
 }

@@ -13,6 +13,7 @@
 
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale_ops.h>
 #include <ATen/ops/_amp_update_scale_ops.h>
+#include <ATen/ops/_conj_physical_ops.h>
 #include <ATen/ops/_foreach_add_ops.h>
 #include <ATen/ops/_foreach_addcdiv_ops.h>
 #include <ATen/ops/_foreach_addcmul_ops.h>
@@ -55,6 +56,7 @@
 #include <ATen/ops/clamp_max_ops.h>
 #include <ATen/ops/clamp_min_ops.h>
 #include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/conj_physical_ops.h>
 #include <ATen/ops/convolution_backward_ops.h>
 #include <ATen/ops/convolution_ops.h>
 #include <ATen/ops/cos_ops.h>
@@ -462,6 +464,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("topk", topk, false);
   NEURON_KERNEL("sort.stable", sort_stable, false);
   NEURON_KERNEL("mode.values", mode_values, false);
+  // composites that call a CPU/CUDA-only DispatchStub with the tensor's own device type
+  NEURON_KERNEL("conj_physical_", conj_physical_, false);
+  NEURON_KERNEL("_conj_physical", _conj_physical, false);
   m.impl("histc", TORCH_FN(neuron_histc));
   m.impl("histc.out", TORCH_FN(neuron_histc_out));  // its composite rejects non-CPU/CUDA devices
   NEURON_KERNEL("_softmax", _softmax, false);

@@ -114,16 +114,30 @@ def compare(
     be equal (floats within the same tolerance).
     """
     diff = Diff()
-    _walk(actual, expected, "", diff, rtol, atol, tolerance, device_type, equal_nan, values)
+    _walk(actual, expected, "", diff, _Options(rtol, atol, tolerance, device_type, equal_nan, values))
     return diff
 
 
-def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values=True) -> None:
+@dataclass(frozen=True)
+class _Options:
+    rtol: float | None
+    atol: float | None
+    tolerance: Callable[[torch.dtype], tuple[float, float]]
+    device_type: str | None
+    equal_nan: bool
+    values: bool
+
+    def tolerances(self, dtype: torch.dtype) -> tuple[float, float]:
+        r, t = self.tolerance(dtype)
+        return (r if self.rtol is None else self.rtol), (t if self.atol is None else self.atol)
+
+
+def _walk(a, e, path: str, diff: Diff, o: _Options) -> None:
     if isinstance(e, torch.Tensor):
         if not isinstance(a, torch.Tensor):
             diff._fail(path, f"expected a tensor, got {type(a).__name__}")
             return
-        _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values)
+        _compare_tensor(a, e, path, diff, o)
         return
     if isinstance(e, Mapping):
         if not isinstance(a, Mapping):
@@ -133,7 +147,7 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, value
             diff._fail(path, f"keys differ: {sorted(map(str, a.keys()))} vs {sorted(map(str, e.keys()))}")
             return
         for k in e.keys():
-            _walk(a[k], e[k], f"{path}.{k}" if path else str(k), diff, rtol, atol, tolerance, device_type, equal_nan, values)
+            _walk(a[k], e[k], f"{path}.{k}" if path else str(k), diff, o)
         return
     if isinstance(e, (list, tuple)):
         if not isinstance(a, (list, tuple)) or len(a) != len(e):
@@ -141,12 +155,12 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, value
                        + (f" of {len(a)}" if isinstance(a, (list, tuple)) else ""))
             return
         for i, (x, y) in enumerate(zip(a, e)):
-            _walk(x, y, f"{path}[{i}]", diff, rtol, atol, tolerance, device_type, equal_nan, values)
+            _walk(x, y, f"{path}[{i}]", diff, o)
         return
     if isinstance(e, float) and isinstance(a, (float, int)):
-        if math.isnan(e) and math.isnan(a) and equal_nan:
+        if math.isnan(e) and math.isnan(a) and o.equal_nan:
             return
-        r, t = (rtol, atol) if rtol is not None else tolerance(torch.float64 if isinstance(e, float) else torch.int64)
+        r, t = o.tolerances(torch.float64)
         if abs(a - e) > t + r * abs(e) and not (math.isinf(a) and a == e):
             diff._fail(path, f"{a!r} != {e!r}")
         return
@@ -154,12 +168,12 @@ def _walk(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, value
         if a != e:
             diff._fail(path, f"{a!r} != {e!r}")
         return
-    # Other objects (caches, configs): compare their tensors if they expose them, else skip.
+    # Other objects (key-value caches, configs) are not compared.
 
 
-def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_nan, values) -> None:
-    if device_type is not None and a.device.type != device_type:
-        diff._fail(path, f"result is on {a.device}, expected a {device_type} tensor")
+def _compare_tensor(a, e, path: str, diff: Diff, o: _Options) -> None:
+    if o.device_type is not None and a.device.type != o.device_type:
+        diff._fail(path, f"result is on {a.device}, expected a {o.device_type} tensor")
         return
     if a.dtype != e.dtype:
         diff._fail(path, f"dtype {a.dtype} != {e.dtype}")
@@ -171,15 +185,13 @@ def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_
         diff._fail(path, f"layout {a.layout} vs {e.layout}")
         return
     diff.compared += 1
-    if not values:
+    if not o.values:
         return
     a = a.detach().cpu().resolve_conj().resolve_neg()
     e = e.detach().resolve_conj().resolve_neg()
     if a.numel() == 0:
         return
-    r, t = (rtol, atol) if rtol is not None else tolerance(e.dtype)
-    if atol is not None:
-        t = atol
+    r, t = o.tolerances(e.dtype)
     if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
         neq = a != e
         if bool(neq.any()):
@@ -190,7 +202,7 @@ def _compare_tensor(a, e, path, diff, rtol, atol, tolerance, device_type, equal_
         return
     wide = torch.complex128 if e.is_complex() else torch.float64
     a64, e64 = a.to(wide), e.to(wide)
-    both_nan = a64.isnan() & e64.isnan() if equal_nan else torch.zeros_like(a64, dtype=torch.bool)
+    both_nan = a64.isnan() & e64.isnan() if o.equal_nan else torch.zeros_like(a64, dtype=torch.bool)
     same_inf = (a64 == e64) & a64.isinf()
     absdiff = (a64 - e64).abs()
     absdiff = torch.where(both_nan | same_inf, torch.zeros_like(absdiff), absdiff)

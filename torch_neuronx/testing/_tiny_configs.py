@@ -139,6 +139,31 @@ def _codebook_batch(config, batch: dict, generator) -> dict:
     return out
 
 
+def _drafter_batch(config, batch: dict, generator) -> dict:
+    """Gemma 4 assistants (speculative-decoding drafters) read the target model's state, not token
+    ids: ``inputs_embeds`` is [token embedding, last hidden state] of the target (2 x its width) and
+    ``shared_kv_states`` holds the target's keys and values per layer type, (batch, kv heads, kv
+    length, head dim), over the positions the 2D ``attention_mask`` covers. ``input_ids`` stays for
+    the labels and is ignored by the model."""
+    import torch
+
+    text = config.get_text_config()
+    b, q = batch["input_ids"].shape
+    kv = batch["attention_mask"].shape[1] if "attention_mask" in batch else q
+    states = {}
+    for layer_type in dict.fromkeys(text.layer_types):
+        layer = text.per_layer_config[text.layer_types.index(layer_type)]
+        shape = (b, layer.num_key_value_heads, kv, layer.head_dim)
+        states[layer_type] = (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
+    return {**batch, "inputs_embeds": torch.randn(b, q, 2 * config.backbone_hidden_size, generator=generator),
+            "shared_kv_states": states,
+            # the drafter sits at the target's last seen position for every draft token
+            "position_ids": torch.full((b, q), kv - 1, dtype=torch.long),
+            # the text model's shortcut for more than one query token indexes per-layer inputs, which a
+            # drafter does not have (TypeError on None); asking for hidden states turns the shortcut off
+            "output_hidden_states": True}
+
+
 _CODEBOOK_SPECIALS = {"decoder.pad_token_id": VOCAB, "decoder.bos_token_id": VOCAB,
                       "decoder.decoder_start_token_id": VOCAB}
 
@@ -199,9 +224,16 @@ OVERRIDES: dict[str, Override] = {
                                 "codebook; pad/bos/start is the extra embedding row vocab_size", _CODEBOOK_SPECIALS,
                                 build_from="decoder", batch=_codebook_batch),
     "gemma4_assistant": Override("the default text config does not pass the assistant's own validation "
-                                 "(per-layer inputs must be off)",
+                                 "(per-layer inputs must be off); a drafter runs on the target's embeddings and "
+                                 "shared key/value states, not on token ids; the target's width is shrunk too",
+                                 {"backbone_hidden_size": HIDDEN},
                                  base={"text_config": {"model_type": "gemma4_text", "hidden_size_per_layer_input": 0,
-                                                       "vocab_size_per_layer_input": 0}}),
+                                                       "vocab_size_per_layer_input": 0}},
+                                 batch=_drafter_batch),
+    "gemma4_unified_assistant": Override("a drafter runs on the target's embeddings and shared key/value states, "
+                                         "not on token ids; the target's width is shrunk too",
+                                         {"backbone_hidden_size": HIDDEN},
+                                         batch=_drafter_batch),
     "dots3_note": Override("sliding layers need head_dim == qk_nope_head_dim + qk_rope_head_dim (8 + 8)",
                            {"text_config.per_layer_config.2.qk_nope_head_dim": 8}),
     "dots3_note_text": Override("sliding layers need head_dim == qk_nope_head_dim + qk_rope_head_dim (8 + 8)",
@@ -257,6 +289,13 @@ def _pick_layers(d: dict, n: int) -> list[int]:
     return sorted(keep)
 
 
+# Fields shrunk to a fixed cap (those needing more than a cap are handled in _shrink_int).
+_PLAIN_CAPS = (
+    (_HEAD_DIMS, HEAD_DIM), (_INTERMEDIATE, INTERMEDIATE), (_MOE_INTERMEDIATE, MOE_INTERMEDIATE),
+    (_EXPERTS, EXPERTS), (_EXPERTS_PER_TOKEN, EXPERTS_PER_TOKEN), (_VOCABS, VOCAB), (_POSITIONS, POSITIONS),
+)
+
+
 def _shrink_int(k: str, v: int, heads_orig: int | None) -> int:
     if _is_dropout(k) or k in _ZERO:
         return 0
@@ -268,20 +307,9 @@ def _shrink_int(k: str, v: int, heads_orig: int | None) -> int:
         if v == 1 or heads_orig is None:
             return min(v, HEADS)
         return HEADS if v >= heads_orig else HEADS // 2
-    if k in _HEAD_DIMS:
-        return min(v, HEAD_DIM)
-    if k in _INTERMEDIATE:
-        return min(v, INTERMEDIATE)
-    if k in _MOE_INTERMEDIATE:
-        return min(v, MOE_INTERMEDIATE)
-    if k in _EXPERTS:
-        return min(v, EXPERTS)
-    if k in _EXPERTS_PER_TOKEN:
-        return min(v, EXPERTS_PER_TOKEN)
-    if k in _VOCABS:
-        return min(v, VOCAB)
-    if k in _POSITIONS:
-        return min(v, POSITIONS)
+    for fields, cap in _PLAIN_CAPS:
+        if k in fields:
+            return min(v, cap)
     if k in _WINDOWS:
         return min(v, WINDOW) if v > 0 else v
     if k in _CAPS:

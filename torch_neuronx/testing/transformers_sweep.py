@@ -4,7 +4,8 @@ inputs, and compared stage by stage.
 
 Stages: ``forward`` (logits, eval mode), ``backward`` (loss with labels = input ids, then
 every parameter gradient, train mode), ``step`` (one AdamW step, every parameter),
-``generate`` (greedy, on the initial weights, token ids compared exactly). The CPU run
+``generate`` (greedy, on the initial weights, token ids compared exactly), ``bf16``
+(forward logits with the weights in bfloat16, compared with bfloat16 tolerances). The CPU run
 comes first: an architecture that cannot run on CPU here is ``cpu-unrunnable``, not a
 device failure.
 Each architecture runs in a worker process (``run_isolated``), so a crash or a hang is
@@ -42,7 +43,7 @@ from torch_neuronx.testing import compare, model_tolerance, run_isolated
 
 DEVICE = "neuron"
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
-STAGES = ("setup", "forward", "backward", "step", "generate")
+STAGES = ("setup", "forward", "backward", "step", "generate", "bf16")
 STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
 # lr and weight decay as a typical fine-tune; eps 1e-6 rather than 1e-8 because Adam's first
 # step is ~lr * g / (|g| + eps): for a parameter whose gradient is ~1e-9, a rounding-level
@@ -294,6 +295,7 @@ def _check(model_type: str, record: dict) -> None:
         record["params"] = sum(p.numel() for p in model.parameters())
         record["class"] = type(model).__name__
         device_model = _device_copy(model)  # moved to neuron after the CPU run
+        bf16_model = _device_copy(model).to(torch.bfloat16)  # the bf16 stage, on both devices
     except Exception as e:
         return cpu_unrunnable("setup", e)
     try:
@@ -312,6 +314,10 @@ def _check(model_type: str, record: dict) -> None:
         ref["generate"] = _stage_generate(model, gen)
     except Exception as e:
         stages["generate"] = f"n/a: CPU generate raised {_error_text(e)}"
+    try:
+        ref["bf16"] = _stage_forward(bf16_model, _bf16_inputs(train))
+    except Exception as e:  # some models do not run in bfloat16 on CPU: not the device's doing
+        stages["bf16"] = f"n/a: CPU bfloat16 forward raised {_error_text(e)}"
     try:
         ref["backward"] = _stage_backward(model, train)
     except Exception as e:
@@ -361,6 +367,10 @@ def _check(model_type: str, record: dict) -> None:
 
         run("forward", lambda: _stage_forward(device_model, dtrain),
             lambda out: diff_or_none(compare(out, ref["forward"], **tol)))
+        if "bf16" in ref:
+            run("bf16", lambda: _stage_forward(bf16_model.to(DEVICE), _bf16_inputs(dtrain)),
+                lambda out: diff_or_none(compare(out, ref["bf16"], **tol)))
+        del bf16_model
         if "generate" in ref:
             run("generate", lambda: _stage_generate(device_model, dgen),
                 lambda out: None if compare(out["sequences"], ref["generate"]["sequences"]).ok
@@ -382,8 +392,16 @@ def _check(model_type: str, record: dict) -> None:
         first = next((s for s in STAGES if str(stages.get(s, "")).startswith("fail")), None)
         if first is not None:
             record.update(status="fail", stage=first, reason=stages[first][len("fail: "):])
-        elif record["status"] == "pass" and str(stages.get("generate", "")).startswith("n/a"):
-            record["reason"] = "generate " + stages["generate"]
+        elif record["status"] == "pass":
+            record["reason"] = "; ".join(f"{s} {stages[s]}" for s in STAGES if str(stages.get(s, "")).startswith("n/a"))
+
+
+def _bf16_inputs(batch: dict) -> dict:
+    """The batch for a bfloat16 model: floating inputs (embeddings, pixel values, nested
+    states) in bfloat16, ids and masks unchanged."""
+    from torch_neuronx.testing._compare import _tree_map
+
+    return _tree_map(batch, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t)
 
 
 def _without_none(out: dict) -> dict:
@@ -443,7 +461,8 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         "Every architecture of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, shrunk to a tiny random config "
         "(`torch_neuronx/testing/_tiny_configs.py`), runs on CPU and on `neuron` with the same weights "
         "and inputs: forward logits, loss backward and every gradient, one AdamW step and every "
-        "parameter, greedy generate (token ids exact). `cpu-unrunnable`: the CPU reference itself "
+        "parameter, greedy generate (token ids exact), and forward logits with bfloat16 weights. "
+        "`cpu-unrunnable`: the CPU reference itself "
         "cannot run here; it is left out of the pass rate.",
         "",
         f"**Pass rate: {s['pass']} / {s['runnable']} = {100 * s['pass_rate']:.1f}%** "
@@ -475,11 +494,12 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         out.append("None.")
     for r in sorted(unrunnable, key=lambda r: r["arch"]):
         out.append(f"- **{r['arch']}**: {_cell(r['reason'], 600)}")
-    na = [r for r in records if str(r["stages"].get("generate", "")).startswith("n/a")]
-    if na:
-        out += ["", "## Generate not applicable (CPU generate raised)", ""]
-        for r in sorted(na, key=lambda r: r["arch"]):
-            out.append(f"- **{r['arch']}**: {_cell(r['stages']['generate'][len('n/a: '):], 600)}")
+    for stage, title in (("generate", "Generate"), ("bf16", "bfloat16 forward")):
+        na = [r for r in records if str(r["stages"].get(stage, "")).startswith("n/a")]
+        if na:
+            out += ["", f"## {title} not applicable (raised on CPU, so there is no reference)", ""]
+            for r in sorted(na, key=lambda r: r["arch"]):
+                out.append(f"- **{r['arch']}**: {_cell(r['stages'][stage][len('n/a: '):], 600)}")
     return "\n".join(out) + "\n"
 
 
