@@ -116,6 +116,31 @@ def test_check_model_api_blocked_op_and_mismatch():
     assert [(p.kind, p.what.split()[0]) for p in report.problems] == [("mismatch", "scores")], str(report)
     (scores,) = [c for c in report.comparisons if c.name == "scores"]
     assert not scores.ok and 5e-3 < scores.max_abs < 0.1
+    # every op matches on its own inputs: the model's Python code is what differs
+    assert report.divergence.startswith("all ") and "behaves differently on the device" in report.divergence
+    assert "where it starts:" in str(report) and report.problems[0].advice.startswith("the model's own code")
+
+
+def test_mismatch_names_the_first_op_that_differs():
+    # A wrong device kernel for sigmoid, registered over the native one for this test only.
+    import warnings
+
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        lib.impl("sigmoid", lambda t: (torch.sigmoid(t.cpu()) + 1e-3).to(t.device), "PrivateUse1")
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 2))
+        report = check_model(model, torch.randn(4, 8), progress=False)
+    finally:
+        lib._destroy()
+    assert not report.passed and {p.kind for p in report.problems} == {"mismatch"}, str(report)
+    assert report.divergence.startswith("aten::sigmoid "), report.divergence
+    assert "float32[4, 8]" in report.divergence and "max abs diff 0.001" in report.divergence
+    assert "device bug" in report.problems[0].advice
+    x = torch.randn(4, 8, device="neuron")  # the native kernel is back
+    torch.testing.assert_close(torch.sigmoid(x).cpu(), torch.sigmoid(x.cpu()))
 
 
 def test_cli_tiny_llama_config_passes(run_python, tmp_path):
@@ -143,7 +168,7 @@ def test_cli_fallback_blocked_then_allowed(run_python, entry_points):
 def test_cli_detects_device_dependent_result(run_python, entry_points):
     out = run_python("", env=ENV, expect_rc=1, args=CHECK + [f"{entry_points}:device_dependent", "--no-progress"])
     assert "MISMATCH" in out and "scores differs from the CPU" in out, out
-    assert "device bug" in out and "repro info" in out, out
+    assert "branches on the device" in out and "repro info" in out, out
 
 
 @pytest.mark.parametrize("target, expected", [

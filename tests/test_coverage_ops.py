@@ -36,9 +36,31 @@ def _samples(op, device, dtype, requires_grad, **kw):
     yield SampleInput(t.requires_grad_(requires_grad))
 
 
-def _fake(name, fn, inplace=None):
+def _fake(name, fn, inplace=None, supports_out=False):
     return OpInfo(name, op=fn, inplace_variant=inplace, dtypes=floating_types(), sample_inputs_func=_samples,
-                  supports_out=False)
+                  supports_out=supports_out)
+
+
+def _writes_into_gaps(x, *, out=None):
+    """x * 2, whose out= variant on neuron also scribbles over the buffer behind a
+    non-contiguous out (the elements between the strides)."""
+    r = x * 2
+    if out is None:
+        return r
+    out.resize_(r.shape).copy_(r)
+    if out.device.type == "neuron" and not out.is_contiguous():
+        n = out.untyped_storage().nbytes() // out.element_size()
+        out.as_strided((n // 2,), (2,), 1).fill_(7)  # the odd elements: the gaps of the sweep's outs
+    return out
+
+
+def test_sweep_detects_writes_outside_a_strided_out(monkeypatch):
+    opinfo_sweep._find_op("add")
+    fake = _fake("fake_out", _writes_into_gaps, supports_out=True)
+    monkeypatch.setitem(opinfo_sweep._OPS_BY_KEY, "fake_out", fake)
+    r = opinfo_sweep.check_op("fake_out", dtypes=(torch.float32,))
+    assert r["counts"]["float32"].get("fail", 0) == 2, r
+    assert r["checks"]["out_passed"] == 2 and r["failures"][0]["check"] == "out_strided", r
 
 
 @pytest.mark.parametrize(

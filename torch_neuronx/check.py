@@ -49,6 +49,10 @@ ADVICE = {
         "out of device memory: reduce the batch size or sequence length (CLI: --batch/--seq), or give "
         "the device more memory with NEURON_DEVICE_MEMORY (e.g. NEURON_DEVICE_MEMORY=48GiB)"
     ),
+    "device_code": (
+        "the model's own code computes something else on neuron than on the CPU (every aten op matches "
+        "the CPU on its inputs): look for code that branches on the device or picks a dtype by device"
+    ),
     "error": "fails on neuron but runs on the CPU: a device bug; report it with the repro info below",
     "cpu_error": (
         "fails on the CPU too: the model or its inputs are wrong, not the device; "
@@ -100,6 +104,7 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     repro: dict[str, str] = field(default_factory=dict)
+    divergence: str = ""  # for a mismatch: the first aten op that computes differently, if any
 
     @property
     def passed(self) -> bool:
@@ -131,8 +136,9 @@ class CheckReport:
                 rows.append((c.stage, name, f"{c.max_abs:.3g}", "ok" if c.ok else "MISMATCH"))
             lines += _table(rows)
         blocked = {m.group(0) for p in self.problems if p.kind == "fallback" for m in [_OP.search(p.what)] if m}
-        ops = ", ".join(f"{op} x{n}" + (" (blocked)" if op in blocked else "")
-                        for op, n in sorted(self.fallback_ops.items())) or "none"
+        listed = {**{op: 0 for op in blocked}, **self.fallback_ops}  # a blocked op never ran: no count
+        ops = ", ".join(op + (f" x{n}" if n else "") + (" (blocked)" if op in blocked else "")
+                        for op, n in sorted(listed.items())) or "none"
         lines += ["", f"generic-fallback ops on neuron: {ops}"]
         lines.append("")
         if self.passed:
@@ -146,6 +152,8 @@ class CheckReport:
             for advice, problems in by_advice.items():
                 for p in problems:
                     lines.append(f"  [{p.kind}] {'/'.join(p.stages)}: {p.what}")
+                    if p.kind == "mismatch" and self.divergence:
+                        lines.append(f"    where it starts: {self.divergence}")
                 lines.append(f"    what to do: {advice}")
             lines += ["", "repro info:"]
             lines += _table([(f"{k}:", v) for k, v in self.repro.items()], header=False)
@@ -231,6 +239,13 @@ def check_model(
                        loss_fn, make_optimizer, fallback_policy, report, problem, bar)
     bar.close()
     report.fallback_ops = torch.neuron.get_fallback_ops()
+    mismatched = {stage for p in problems.values() if p.kind == "mismatch" for stage in p.stages}
+    if mismatched:
+        report.divergence, op_found = _locate(model, args, kwargs, dev, "training" in mismatched, loss_fn)
+        if not op_found:
+            for p in problems.values():
+                if p.kind == "mismatch":
+                    p.advice = ADVICE["device_code"]
     if report.fallback_ops and fallback_policy != "error" and not problems:
         report.notes.append("the generic-fallback ops below work, but have no native kernel; "
                             "--fallback-policy error (fallback_policy='error') fails on them")
@@ -315,6 +330,33 @@ def _run_stage(stage, cpu_model, dev_model, cpu_in, dev_in, dev, steps, loss_fn,
         report.comparisons.append(c)
         if not c.ok:
             problem("mismatch", _mismatch(c.name, c.message), stage)
+
+
+def _locate(model, args, kwargs, dev, training: bool, loss_fn) -> tuple[str, bool]:
+    """Runs the model once more on the device (forward, and backward when training
+    mismatched) with every aten op replayed on CPU, and names the first op that differs.
+    Returns (what was found, whether an op was found)."""
+    from torch_neuronx.testing._divergence import find_divergence
+
+    m = copy.deepcopy(model).to(dev).train(training)
+    dev_args, dev_kwargs = to_device(args, dev), to_device(kwargs, dev)
+
+    def run():
+        torch.manual_seed(SEED)
+        with torch.set_grad_enabled(training):
+            out = m(*dev_args, **dev_kwargs)
+            if training:
+                loss, _ = _loss(out, loss_fn)
+                loss.backward()
+
+    try:
+        first, compared = find_divergence(run)
+    except Exception as e:  # noqa: BLE001 - locating is best effort; the mismatch stands
+        return f"could not replay the model op by op ({type(e).__name__}: {_first_line(e)})", True
+    if first is not None:
+        return str(first), True
+    return (f"all {compared} aten ops match the CPU on their inputs, so the difference comes from Python code that "
+            "behaves differently on the device (a branch on x.device or x.is_neuron, a device-specific dtype)"), False
 
 
 def _mismatch(name: str, message: str) -> str:

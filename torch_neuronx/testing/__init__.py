@@ -1,12 +1,27 @@
 """Testing tools for the ``neuron`` device: comparison with CPU, isolated sweeps.
 
 ``compare(neuron_result, cpu_result)`` walks nested outputs and reports the largest
-difference; ``run_isolated`` runs many checks in worker processes so that one crash
-or hang does not end a sweep. The coverage sweeps (``python -m
+difference; ``CPUCopy`` copies device arguments to CPU with their exact layout;
+``find_divergence(fn)`` names the first aten op whose device result differs from CPU's;
+``run_isolated`` runs many checks in worker processes so that one crash or hang does
+not end a sweep. The coverage sweeps (``python -m
 torch_neuronx.testing.<sweep>``) are built on these.
 """
 
-from torch_neuronx.testing._compare import Diff, compare, model_tolerance, op_tolerance, to_cpu, to_device
+from torch_neuronx.testing._compare import (
+    CPUCopy,
+    Diff,
+    UnsupportedLayout,
+    compare,
+    model_tolerance,
+    op_tolerance,
+    to_cpu,
+    to_device,
+)
+from torch_neuronx.testing._divergence import Divergence, find_divergence
 from torch_neuronx.testing._pool import Outcome, run_isolated
 
-__all__ = ["Diff", "Outcome", "compare", "model_tolerance", "op_tolerance", "run_isolated", "to_cpu", "to_device"]
+__all__ = [
+    "CPUCopy", "Diff", "Divergence", "Outcome", "UnsupportedLayout", "compare", "find_divergence",
+    "model_tolerance", "op_tolerance", "run_isolated", "to_cpu", "to_device",
+]  # fmt: skip

@@ -1,8 +1,8 @@
 """Comparing results on ``neuron`` with the same computation on CPU.
 
-One place for the tolerances and the tree walk used by the coverage sweeps,
-``torch_neuronx.check`` and the tests: outputs may be tensors or any nesting of
-tuples, lists, dicts and Hugging Face ``ModelOutput`` objects.
+One place for the tolerances, the tree walk and the exact CPU copies used by the
+coverage sweeps, ``torch_neuronx.check`` and the tests: outputs may be tensors or any
+nesting of tuples, lists, dicts and Hugging Face ``ModelOutput`` objects.
 """
 
 from __future__ import annotations
@@ -63,6 +63,56 @@ class Diff:
         if self.ok:
             return f"ok ({self.compared} tensors, max abs diff {self.max_abs:.3g})"
         return self.message
+
+
+class UnsupportedLayout(Exception):
+    """A tensor the device does not take by design (sparse, quantized, nested)."""
+
+
+def _is_neuron_device(v: Any) -> bool:
+    return (isinstance(v, str) and v.split(":")[0] == "neuron") or (isinstance(v, torch.device) and v.type == "neuron")
+
+
+class CPUCopy:
+    """Copies arguments made on ``neuron`` to CPU with the exact storage layout (storage
+    size, offset, strides, conj/neg bits); tensors sharing a storage share the copy, so
+    aliasing between arguments is kept (``tensor.cpu()`` keeps none of this). Device
+    arguments become ``cpu``. One instance per set of arguments that may alias."""
+
+    def __init__(self) -> None:
+        self._storages: dict[int, torch.Tensor] = {}
+
+    def tensor(self, t: torch.Tensor) -> torch.Tensor:
+        if t.layout != torch.strided or t.is_quantized or t.is_nested:
+            raise UnsupportedLayout(f"{t.layout} tensors")
+        with torch.no_grad():
+            st = t.untyped_storage()
+            key = st._cdata  # the StorageImpl: equal for every tensor over this storage
+            raw = self._storages.get(key)
+            if raw is None:
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st).to("cpu", copy=True)
+                self._storages[key] = raw
+            c = torch.empty(0, dtype=t.dtype).set_(raw.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+            if t.is_conj():
+                c = c.conj()
+            if t.is_neg():
+                c = c._neg_view()
+        if t.requires_grad:
+            c.requires_grad_(True)
+        return c
+
+    def __call__(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return self.tensor(obj)
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(self(v) for v in obj))
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self(v) for v in obj)
+        if isinstance(obj, dict):
+            return {k: self(v) for k, v in obj.items()}
+        if _is_neuron_device(obj):
+            return "cpu" if isinstance(obj, str) else torch.device("cpu")
+        return obj
 
 
 def to_cpu(obj: Any) -> Any:

@@ -9,7 +9,9 @@ checks match:
 - ``grad`` (float32, ops with autograd): gradients of every input that requires grad,
   for the same random output gradients;
 - ``inplace``: the in-place variant, its return value and the mutated input;
-- ``out``: the ``out=`` variant into empty outputs (so ``out=`` resizing is exercised).
+- ``out``: the ``out=`` variant into empty outputs (so ``out=`` resizing is exercised);
+- ``out_strided``: the ``out=`` variant into preallocated outputs that are not contiguous
+  (every other element of a buffer), comparing the whole buffers, gaps included.
 
 Sample inputs are made on ``neuron`` (as PyTorch's own device-generic tests make them,
 so factory ops and arguments that must stay on the CPU are exercised as users meet
@@ -39,7 +41,7 @@ from typing import Any
 
 import torch
 
-from torch_neuronx.testing._compare import compare, op_tolerance
+from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, op_tolerance
 from torch_neuronx.testing._pool import default_workers, run_isolated
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
@@ -120,60 +122,6 @@ def _find_op(key: str):
         raise KeyError(f"no OpInfo named {key!r}; names are op.name or op.name.variant_test_name") from None
 
 
-# ---- the CPU oracle's copy of a sample, layout and aliasing kept ------------------
-
-
-class _Unsupported(Exception):
-    """A sample the device does not take by design (sparse, quantized, nested tensors)."""
-
-
-def _is_neuron_device(v: Any) -> bool:
-    return (isinstance(v, str) and v.split(":")[0] == "neuron") or (
-        isinstance(v, torch.device) and v.type == "neuron"
-    )
-
-
-class _ToCPU:
-    """Copies a sample made on ``neuron`` to CPU with the exact storage layout (size,
-    offset, strides, conj/neg bits); tensors sharing a storage share the copy too, so
-    aliasing between arguments is kept. Device arguments become ``cpu``."""
-
-    def __init__(self) -> None:
-        self._storages: dict[int, torch.Tensor] = {}
-
-    def tensor(self, t: torch.Tensor) -> torch.Tensor:
-        if t.layout != torch.strided or t.is_quantized or t.is_nested:
-            raise _Unsupported(f"{t.layout} tensors")
-        with torch.no_grad():
-            st = t.untyped_storage()
-            key = st._cdata  # the StorageImpl: equal for every tensor over this storage
-            raw = self._storages.get(key)
-            if raw is None:
-                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st).to("cpu", copy=True)
-                self._storages[key] = raw
-            c = torch.empty(0, dtype=t.dtype).set_(raw.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-            if t.is_conj():
-                c = c.conj()
-            if t.is_neg():
-                c = c._neg_view()
-        if t.requires_grad:
-            c.requires_grad_(True)
-        return c
-
-    def __call__(self, obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            return self.tensor(obj)
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*(self(v) for v in obj))
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self(v) for v in obj)
-        if isinstance(obj, dict):
-            return {k: self(v) for k, v in obj.items()}
-        if _is_neuron_device(obj):
-            return "cpu" if isinstance(obj, str) else torch.device("cpu")
-        return obj
-
-
 def _tensors(obj: Any) -> list[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         return [obj]
@@ -200,6 +148,27 @@ def _empty_out(result: Any, device) -> Any:
         return torch.empty(0, dtype=result.dtype, device=device)
     if isinstance(result, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in result):
         return tuple(torch.empty(0, dtype=t.dtype, device=device) for t in result)
+    return None
+
+
+def _strided_out(result: Any, device) -> tuple[Any, list[torch.Tensor]] | None:
+    """Preallocated ``out=`` tensors of the right shape that are not contiguous: every other
+    element of a zero-filled buffer, so the op must write through the strides and leave the
+    gaps alone. Returns (outs, their buffers)."""
+    def one(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        buf = torch.zeros(2 * max(t.numel(), 1), dtype=t.dtype, device=device)
+        strides, step = [], 2
+        for size in reversed(t.shape):
+            strides.append(step)
+            step *= max(size, 1)
+        return buf.as_strided(t.shape, tuple(reversed(strides))), buf
+
+    if isinstance(result, torch.Tensor):
+        out, buf = one(result)
+        return out, [buf]
+    if isinstance(result, (list, tuple)) and result and all(isinstance(t, torch.Tensor) for t in result):
+        pairs = [one(t) for t in result]
+        return tuple(o for o, _ in pairs), [b for _, b in pairs]
     return None
 
 
@@ -248,10 +217,10 @@ def _check_sample(op, sample, dtype, with_grad: bool, res: _Result, index: int) 
     an exact CPU copy). Returns pass / fail / cpu-error / unsupported."""
     uninit = op.name in UNINITIALIZED_OUTPUT
     n_input, n_args, n_kwargs = sample.input, sample.args, sample.kwargs
-    to_c = _ToCPU()
+    to_c = CPUCopy()
     try:
         c_input, c_args, c_kwargs = to_c(n_input), to_c(n_args), to_c(n_kwargs)
-    except _Unsupported:
+    except UnsupportedLayout:
         return "unsupported"
 
     # forward (+ grad)
@@ -295,6 +264,7 @@ def _check_sample(op, sample, dtype, with_grad: bool, res: _Result, index: int) 
         ok &= _check_variant("inplace", op, sample, dtype, res, index)
     if op.supports_out and not uninit:
         ok &= _check_variant("out", op, sample, dtype, res, index)
+        ok &= _check_variant("out_strided", op, sample, dtype, res, index)
     return "pass" if ok else "fail"
 
 
@@ -372,17 +342,22 @@ def _check_variant(kind: str, op, sample, dtype, res, index) -> bool:
             fn = op.inplace_variant
         else:
             fn = op.op
-        to_c = _ToCPU()
+        to_c = CPUCopy()
         c_input, c_args, c_kwargs = to_c(n_input), to_c(n_args), to_c(n_kwargs)
-        if kind == "out":
+        c_bufs: list[torch.Tensor] = []
+        n_bufs: list[torch.Tensor] = []
+        if kind in ("out", "out_strided"):
             try:
                 probe = _run(lambda: op(c_input, *c_args, **c_kwargs))
             except Exception:  # noqa: BLE001
                 return True
             if _empty_out(probe, "cpu") is None:
                 return True
-            c_kwargs = dict(c_kwargs, out=_empty_out(probe, "cpu"))
-            n_kwargs = dict(n_kwargs, out=_empty_out(probe, _NEURON))
+            if kind == "out":
+                c_out, n_out = _empty_out(probe, "cpu"), _empty_out(probe, _NEURON)
+            else:
+                (c_out, c_bufs), (n_out, n_bufs) = _strided_out(probe, "cpu"), _strided_out(probe, _NEURON)
+            c_kwargs, n_kwargs = dict(c_kwargs, out=c_out), dict(n_kwargs, out=n_out)
         try:
             c_ret = _run(lambda: fn(c_input, *c_args, **c_kwargs))
         except Exception:  # noqa: BLE001 - e.g. an in-place op that would change the dtype
@@ -396,7 +371,9 @@ def _check_variant(kind: str, op, sample, dtype, res, index) -> bool:
         mutated_c = c_input if kind == "inplace" else c_kwargs["out"]
         mutated_n = n_input if kind == "inplace" else n_kwargs["out"]
         device_type = _result_device_type(n_input, n_args, n_kwargs)
-        d = compare([n_ret, mutated_n], [c_ret, mutated_c], tolerance=op_tolerance, device_type=device_type)
+        # the whole buffers behind strided outs too: nothing may be written into the gaps
+        d = compare([n_ret, mutated_n, n_bufs], [c_ret, mutated_c, c_bufs], tolerance=op_tolerance,
+                    device_type=device_type)
         if d.ok and kind == "inplace" and isinstance(n_ret, torch.Tensor) and n_ret is not n_input:
             d.ok, d.message = False, "in-place variant did not return its input"
         if not d.ok:
@@ -498,7 +475,8 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         f"Every OpInfo of PyTorch {torch.__version__}'s `op_db` ({len(ops)} entries), every sample input, in "
         f"{', '.join(meta['dtypes'])} where the op supports the dtype on CPU: outputs compared with CPU, plus "
         f"gradients ({', '.join(dtype_name(d) for d in dtypes if d in GRAD_DTYPES)}), the in-place variant and the "
-        "`out=` variant (into empty outputs). "
+        "`out=` variant (into empty outputs, and into preallocated non-contiguous outputs whose whole buffers are "
+        "compared). "
         "A sample passes when all its checks match. Samples that raise on CPU are not counted; "
         "crashes and timeouts count as failures.",
         "",
@@ -511,7 +489,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         "",
         "Checks run (passed): " + ", ".join(
             f"{kind} {summary['checks'].get(kind, 0)} ({summary['checks'].get(kind + '_passed', 0)})"
-            for kind in ("forward", "grad", "inplace", "out")) + ".",
+            for kind in ("forward", "grad", "inplace", "out", "out_strided")) + ".",
         "",
         "| dtype | samples passed | rate | raised on CPU |",
         "|---|---:|---:|---:|",
