@@ -1,6 +1,8 @@
 // The boxed fallback: every aten op without an explicit neuron kernel runs here, as
 // ATen's CPU kernel over CPU aliases of the device tensors (see kernel.h). It is
 // counted per op (torch.neuron.get_fallback_ops()) and obeys the fallback policy.
+// The same boxed path also serves the ops routed to their CPU kernel on purpose
+// (register_cpu_kernel_preference), which are not fallbacks.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
@@ -145,7 +147,7 @@ int register_cpu_kernel_preference() {
   // The dispatcher gives a backend without its own kernel an op's
   // CompositeExplicitAutograd kernel before the backend fallback. Where the op also has
   // a CPU kernel (addr, all.dims, ...), that composite rounds differently from what CPU
-  // computes; the fallback runs the CPU kernel itself, so results match CPU exactly.
+  // computes; running the CPU kernel itself makes results match CPU exactly.
   static torch::Library* lib =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   int n = 0;

@@ -95,9 +95,9 @@ FallbackPolicy parse_fallback_policy(const std::string& s);
 const char* fallback_policy_name(FallbackPolicy p);
 // Raises/warns according to the policy for an op that is about to use the fallback.
 void apply_fallback_policy(const std::string& op_name);
-// Sends ops that have both a CPU kernel and a CompositeExplicitAutograd kernel to the
-// fallback (i.e. the CPU kernel). Called once, after all static registrations; returns
-// how many ops it registered.
+// Runs ops that have both a CPU kernel and a CompositeExplicitAutograd kernel as their
+// CPU kernel (boxed; counted as executed, not as fallbacks). Called once, after all
+// static registrations; returns how many ops it registered.
 int register_cpu_kernel_preference();
 
 }  // namespace torch_neuronx

@@ -300,7 +300,8 @@ at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Sca
   if (at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kBool) {
     return NeuronKernel<at::_ops::histc_out, false>::run(self, bins, min, max, out);
   }
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(),
+              "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
               self.scalar_type(), " and hist ", out.scalar_type());
   at::Tensor counts = neuron_histc(self, bins, min, max);
   at::native::resize_output(out, counts.sizes());
@@ -463,12 +464,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("logsumexp", logsumexp, false);
   NEURON_KERNEL("topk", topk, false);
   NEURON_KERNEL("sort.stable", sort_stable, false);
-  NEURON_KERNEL("mode.values", mode_values, false);
+  NEURON_KERNEL("mode.values", mode_values, false);  // its composite rejects non-CPU/CUDA devices
   // composites that call a CPU/CUDA-only DispatchStub with the tensor's own device type
   NEURON_KERNEL("conj_physical_", conj_physical_, false);
   NEURON_KERNEL("_conj_physical", _conj_physical, false);
-  m.impl("histc", TORCH_FN(neuron_histc));
-  m.impl("histc.out", TORCH_FN(neuron_histc_out));  // its composite rejects non-CPU/CUDA devices
+  m.impl("histc", TORCH_FN(neuron_histc));  // integer input too, as on CUDA
+  m.impl("histc.out", TORCH_FN(neuron_histc_out));
   NEURON_KERNEL("_softmax", _softmax, false);
   NEURON_KERNEL("_log_softmax", _log_softmax, false);
   NEURON_KERNEL("_softmax_backward_data", _softmax_backward_data, false);
