@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from torch_neuronx.testing import compare, model_tolerance, to_cpu, to_device
+from torch_neuronx.testing import compare, map_tensors, model_tolerance, tensors, to_cpu, to_device
 
 SEED = 0
 _OP = re.compile(r"\baten::[A-Za-z0-9_.]+")
@@ -384,7 +384,7 @@ def _train_step(model, opt, args, kwargs, loss_fn) -> dict[str, Any]:
     opt.step()
     # No copies (they would count in the peak memory): results are compared before the next
     # step updates the weights in place, and zero_grad(set_to_none) leaves old gradients intact.
-    return {"outputs": _detach(named),
+    return {"outputs": map_tensors(named, torch.Tensor.detach),
             "gradients": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
             "weights after step": {k: v.detach() for k, v in model.state_dict().items()}}
 
@@ -409,27 +409,6 @@ def _named(out: Any) -> dict[str, Any]:
     return {"output": out}
 
 
-def _detach(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach()
-    if isinstance(obj, dict):
-        return {k: _detach(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_detach(v) for v in obj)
-    return obj
-
-
-def _leaves(obj: Any):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _leaves(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _leaves(v)
-
-
 def _loss(out: Any, loss_fn) -> tuple[torch.Tensor, str | None]:
     """The scalar to backpropagate, and the name to report it under (None: it is already an output)."""
     if loss_fn is not None:
@@ -437,7 +416,7 @@ def _loss(out: Any, loss_fn) -> tuple[torch.Tensor, str | None]:
     loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor):
         return loss, None
-    floats = [t for t in _leaves(out) if t.is_floating_point() and t.requires_grad]
+    floats = [t for t in tensors(out) if t.is_floating_point() and t.requires_grad]
     if not floats:
         raise ValueError("the model's output has no float tensor that requires grad to build a loss "
                          "from; pass loss_fn= or use train=False (--no-train)")

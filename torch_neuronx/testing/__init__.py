@@ -13,8 +13,10 @@ from torch_neuronx.testing._compare import (
     Diff,
     UnsupportedLayout,
     compare,
+    map_tensors,
     model_tolerance,
     op_tolerance,
+    tensors,
     to_cpu,
     to_device,
 )
@@ -22,6 +24,6 @@ from torch_neuronx.testing._divergence import Divergence, find_divergence
 from torch_neuronx.testing._pool import Outcome, run_isolated
 
 __all__ = [
-    "CPUCopy", "Diff", "Divergence", "Outcome", "UnsupportedLayout", "compare", "find_divergence",
-    "model_tolerance", "op_tolerance", "run_isolated", "to_cpu", "to_device",
+    "CPUCopy", "Diff", "Divergence", "Outcome", "UnsupportedLayout", "compare", "find_divergence", "map_tensors",
+    "model_tolerance", "op_tolerance", "run_isolated", "tensors", "to_cpu", "to_device",
 ]  # fmt: skip

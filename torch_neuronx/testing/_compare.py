@@ -117,23 +117,25 @@ class CPUCopy:
 
 def to_cpu(obj: Any) -> Any:
     """``obj`` with every tensor moved to CPU (structure kept)."""
-    return _tree_map(obj, lambda t: t.detach().cpu())
+    return map_tensors(obj, lambda t: t.detach().cpu())
 
 
 def to_device(obj: Any, device: torch.device | str) -> Any:
     """``obj`` with every tensor moved to ``device`` (structure kept)."""
-    return _tree_map(obj, lambda t: t.to(device))
+    return map_tensors(obj, lambda t: t.to(device))
 
 
-def _tree_map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (tuples, named tuples, lists, dicts
+    and ``ModelOutput`` kept as they are)."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple (torch.return_types)
-        return type(obj)(*(_tree_map(v, fn) for v in obj))
+        return type(obj)(*(map_tensors(v, fn) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_tree_map(v, fn) for v in obj)
+        return type(obj)(map_tensors(v, fn) for v in obj)
     if isinstance(obj, Mapping):
-        items = {k: _tree_map(v, fn) for k, v in obj.items()}
+        items = {k: map_tensors(v, fn) for k, v in obj.items()}
         if type(obj) is dict:
             return items
         try:  # ModelOutput and other dataclass-like mappings
@@ -141,6 +143,17 @@ def _tree_map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
         except TypeError:
             return items
     return obj
+
+
+def tensors(obj: Any) -> list[torch.Tensor]:
+    """Every tensor in ``obj`` (nested sequences and mappings), in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in tensors(v)]
+    if isinstance(obj, Mapping):
+        return [t for v in obj.values() for t in tensors(v)]
+    return []
 
 
 def compare(

@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, op_tolerance
+from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, op_tolerance, tensors
 
 # Ops whose results are unspecified memory: nothing to compare.
 _UNINITIALIZED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
@@ -91,7 +90,7 @@ class _Replay(TorchDispatchMode):
             self.first is not None
             or func.__name__.split(".")[0] in _UNINITIALIZED
             or torch.Tag.nondeterministic_seeded in func.tags
-            or not any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in tree_leaves((args, kwargs)))
+            or not any(t.device.type == "neuron" for t in tensors((args, kwargs)))
         )
         if skip:
             return func(*args, **kwargs)

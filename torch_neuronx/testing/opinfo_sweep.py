@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, op_tolerance
+from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, map_tensors, op_tolerance, tensors
 from torch_neuronx.testing._pool import default_workers, run_isolated
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
@@ -122,24 +122,9 @@ def _find_op(key: str):
         raise KeyError(f"no OpInfo named {key!r}; names are op.name or op.name.variant_test_name") from None
 
 
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors(v)]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v)]
-    return []
-
-
 def _detached(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone() if obj.requires_grad else obj
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_detached(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _detached(v) for k, v in obj.items()}
-    return obj
+    """Inputs for the in-place and out= runs, cut from the autograd graph of the forward run."""
+    return map_tensors(obj, lambda t: t.detach().clone() if t.requires_grad else t)
 
 
 def _empty_out(result: Any, device) -> Any:
@@ -255,7 +240,7 @@ def _check_sample(op, sample, dtype, with_grad: bool, res: _Result, index: int) 
         # A view whose base requires grad (``window.real[:8]`` in istft's samples) keeps an
         # autograd relation to that base which its CPU copy, a fresh leaf, does not have;
         # gradients are compared for the other inputs.
-        pairs = [(n, c) for n, c in zip(_tensors((n_input, n_args, n_kwargs)), _tensors((c_input, c_args, c_kwargs)))
+        pairs = [(n, c) for n, c in zip(tensors((n_input, n_args, n_kwargs)), tensors((c_input, c_args, c_kwargs)))
                  if n.requires_grad and not (n._is_view() and n._base is not None and n._base.requires_grad)]
         n_inputs, c_inputs = [n for n, _ in pairs], [c for _, c in pairs]
         ok &= _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index)
@@ -300,12 +285,12 @@ def _asks_for_cpu(obj: Any) -> bool:
 
 
 def _non_strided(obj: Any) -> bool:
-    return any(t.layout != torch.strided or t.is_quantized for t in _tensors(obj))
+    return any(t.layout != torch.strided or t.is_quantized for t in tensors(obj))
 
 
 def _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index) -> bool:
-    c_outs = [t for t in _tensors(sample.output_process_fn_grad(expected)) if t.requires_grad]
-    n_outs = [t for t in _tensors(sample.output_process_fn_grad(actual)) if t.requires_grad]
+    c_outs = [t for t in tensors(sample.output_process_fn_grad(expected)) if t.requires_grad]
+    n_outs = [t for t in tensors(sample.output_process_fn_grad(actual)) if t.requires_grad]
     if not c_inputs or not c_outs:
         return True
     if len(c_outs) != len(n_outs) or len(c_inputs) != len(n_inputs):

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from torch_neuronx.testing import compare, model_tolerance, run_isolated
+from torch_neuronx.testing import compare, map_tensors, model_tolerance, run_isolated
 
 DEVICE = "neuron"
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
@@ -399,9 +399,7 @@ def _check(model_type: str, record: dict) -> None:
 def _bf16_inputs(batch: dict) -> dict:
     """The batch for a bfloat16 model: floating inputs (embeddings, pixel values, nested
     states) in bfloat16, ids and masks unchanged."""
-    from torch_neuronx.testing._compare import _tree_map
-
-    return _tree_map(batch, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t)
+    return map_tensors(batch, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t)
 
 
 def _without_none(out: dict) -> dict:
