@@ -33,6 +33,8 @@ def test_architecture_matches_cpu(arch):
     r = sweep.check_one_arch(arch)
     assert r["status"] == "pass", _explain(r)
     assert r["stages"] == {s: "pass" for s in sweep.STAGES}, _explain(r)  # every stage ran and matched
+    # every op these models use has a native kernel; a new fallback op wants one too
+    assert r["fallback_ops"] == {}, f"{arch} ran ops through the generic fallback: {r['fallback_ops']}"
 
 
 # ---- the checker itself can fail ---------------------------------------------------------------

@@ -8,6 +8,8 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -68,9 +70,11 @@
 #include <ATen/ops/eq_ops.h>
 #include <ATen/ops/equal_ops.h>
 #include <ATen/ops/erf_ops.h>
+#include <ATen/ops/erfinv_ops.h>
 #include <ATen/ops/exp_ops.h>
 #include <ATen/ops/expm1_ops.h>
 #include <ATen/ops/exponential_ops.h>
+#include <ATen/ops/eye_ops.h>
 #include <ATen/ops/fill_ops.h>
 #include <ATen/ops/flip_ops.h>
 #include <ATen/ops/floor_divide_ops.h>
@@ -90,9 +94,12 @@
 #include <ATen/ops/isneginf_ops.h>
 #include <ATen/ops/le_ops.h>
 #include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/linalg_solve_triangular_ops.h>
 #include <ATen/ops/linalg_vector_norm_ops.h>
 #include <ATen/ops/log1p_ops.h>
 #include <ATen/ops/log_ops.h>
+#include <ATen/ops/log_sigmoid_backward_ops.h>
+#include <ATen/ops/log_sigmoid_forward_ops.h>
 #include <ATen/ops/logical_and_ops.h>
 #include <ATen/ops/logical_not_ops.h>
 #include <ATen/ops/logical_or_ops.h>
@@ -124,6 +131,7 @@
 #include <ATen/ops/nll_loss_forward_ops.h>
 #include <ATen/ops/nonzero_ops.h>
 #include <ATen/ops/normal_ops.h>
+#include <ATen/ops/polar_ops.h>
 #include <ATen/ops/pow_ops.h>
 #include <ATen/ops/prod_ops.h>
 #include <ATen/ops/random_ops.h>
@@ -135,6 +143,8 @@
 #include <ATen/ops/rsub_ops.h>
 #include <ATen/ops/scatter_add_ops.h>
 #include <ATen/ops/scatter_ops.h>
+#include <ATen/ops/scatter_reduce_ops.h>
+#include <ATen/ops/sgn_ops.h>
 #include <ATen/ops/sigmoid_backward_ops.h>
 #include <ATen/ops/sigmoid_ops.h>
 #include <ATen/ops/silu_backward_ops.h>
@@ -154,6 +164,7 @@
 #include <ATen/ops/topk_ops.h>
 #include <ATen/ops/tril_ops.h>
 #include <ATen/ops/triu_ops.h>
+#include <ATen/ops/unfold_backward_ops.h>
 #include <ATen/ops/uniform_ops.h>
 #include <ATen/ops/var_mean_ops.h>
 #include <ATen/ops/var_ops.h>
@@ -344,6 +355,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(neuron_set_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(neuron_set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(neuron_set_source_tensor));
@@ -530,9 +543,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("softplus_backward.grad_input", softplus_backward_grad_input, false);
   NEURON_KERNEL("floor.out", floor_out, false);
   NEURON_KERNEL("clamp.out", clamp_out, false);
+  NEURON_KERNEL("clamp.Tensor_out", clamp_Tensor_out, false);
   NEURON_KERNEL("remainder.Tensor_out", remainder_Tensor_out, false);
   NEURON_KERNEL("floor_divide", floor_divide, false);
   NEURON_KERNEL("flip", flip, false);
+  NEURON_KERNEL("polar.out", polar_out, false);  // rotary embeddings in complex form
+  NEURON_KERNEL("sgn.out", sgn_out, false);
+  NEURON_KERNEL("eye.m_out", eye_m_out, false);
+  NEURON_KERNEL("erfinv.out", erfinv_out, false);
+  NEURON_KERNEL("log_sigmoid_forward", log_sigmoid_forward, false);
+  NEURON_KERNEL("log_sigmoid_backward", log_sigmoid_backward, false);
+  NEURON_KERNEL("unfold_backward", unfold_backward, false);
+  NEURON_KERNEL("scatter_reduce.two_out", scatter_reduce_two_out, false);
+  NEURON_KERNEL("linalg_solve_triangular", linalg_solve_triangular, false);  // linear-attention models
+  NEURON_KERNEL("linalg_solve_triangular.out", linalg_solve_triangular_out, false);
   // generate() and HF masking utilities
   NEURON_KERNEL("isneginf.out", isneginf_out, false);
   NEURON_KERNEL("isin.Tensor_Tensor_out", isin_Tensor_Tensor_out, false);

@@ -81,6 +81,22 @@ class _Slot:
         self.conn.close()
 
 
+def positive(kind: type):
+    """An argparse ``type=`` for a number > 0 (``--workers``, ``--timeout``), with a clear error."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, not {text}")
+        return value
+
+    return parse
+
+
 def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 8))
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, map_tensors, op_tolerance, tensors
-from torch_neuronx.testing._pool import default_workers, run_isolated
+from torch_neuronx.testing._pool import default_workers, positive, run_isolated
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
 CORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool)
@@ -524,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
     p.add_argument("--core", action="store_true", help="only the core ops that `make test` checks")
-    p.add_argument("--workers", type=int, default=default_workers())
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per op before it counts as a timeout")
+    p.add_argument("--workers", type=positive(int), default=default_workers())
+    p.add_argument("--timeout", type=positive(float), default=600.0, help="seconds per op before it counts as a timeout")
     p.add_argument("--out-dir", default="docs/coverage")
     p.add_argument("--no-write", action="store_true", help="print the summary only")
     p.add_argument("--dtypes", default=",".join(dtype_name(d) for d in DTYPES),

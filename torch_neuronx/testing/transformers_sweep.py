@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, run_isolated
+from torch_neuronx.testing._pool import positive
 
 DEVICE = "neuron"
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
@@ -536,8 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", help="comma-separated model types (e.g. llama,gpt2)")
     p.add_argument("--fast", action="store_true", help="the CI subset (FAST_ARCHITECTURES)")
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per architecture (default 240)")
+    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
+    p.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT,
+                   help="seconds per architecture (default 240)")
     p.add_argument("--out-dir", default=None,
                    help="where to write transformers.{md,json} (default docs/coverage for a full run; "
                         "a subset run writes only when this is given)")
