@@ -5,6 +5,8 @@ import time
 import pytest
 import torch
 
+from _subprocess import run_python
+
 
 def test_device_count_and_properties():
     # default platform: trn2, LNC=2 -> 4 logical devices of 96 GiB / 4
@@ -143,3 +145,40 @@ def test_synchronize_and_accelerator_api():
     torch.accelerator.synchronize()
     with pytest.raises(RuntimeError, match="Invalid device index"):
         torch.neuron.synchronize(8)
+
+
+def test_device_capability_from_platform():
+    for platform, fp8 in (("trn2", False), ("trn3", True)):
+        out = run_python(
+            "import torch\n"
+            "caps = torch.accelerator.get_device_capability('neuron:0')\n"
+            "print(sorted(str(d) for d in caps['supported_dtypes']))\n",
+            env={"NEURON_PLATFORM": platform},
+        )
+        dtypes = set(eval(out.strip().splitlines()[-1]))
+        assert {"torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", "torch.float64", "torch.bool"} <= dtypes
+        assert not {"torch.qint8", "torch.quint8", "torch.qint32"} & dtypes  # quantized tensors are refused
+        assert ("torch.float8_e4m3fn" in dtypes) == fp8 and ("torch.float8_e5m2" in dtypes) == fp8
+        assert ("torch.float8_e8m0fnu" in dtypes) == fp8  # MX scales: trn3 only
+        assert "torch.float8_e4m3fnuz" not in dtypes
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        torch.accelerator.get_device_capability("neuron:9")
+
+
+def test_record_stream():
+    s = torch.neuron.Stream()
+    x = torch.ones(1024, device="neuron")
+    with torch.neuron.stream(s):
+        y = x * 2
+    y.record_stream(s)
+    x.record_stream(torch.neuron.current_stream())
+    ptr = y.data_ptr()
+    del y
+    torch.neuron.synchronize()
+    # synchronous execution: the block is free again once the stream's work is done
+    z = torch.empty(1024, device="neuron")
+    assert z.data_ptr() == ptr
+    with pytest.raises(RuntimeError, match="expected a neuron stream"):
+        x.record_stream(torch.Stream(device="cpu"))
+    with pytest.raises(RuntimeError, match="the stream is on neuron:1"):
+        x.record_stream(torch.neuron.Stream(device=1))

@@ -2,6 +2,7 @@
 policy, mixed-device errors, autocast, GradScaler, serialization."""
 
 import io
+import warnings
 
 import pytest
 import torch
@@ -311,10 +312,36 @@ def test_cpu_kernel_is_preferred_over_composite():
     assert torch.equal(n.cpu(), c)
 
 
-def test_sparse_results_are_a_clear_error():
+@pytest.mark.parametrize(
+    "kind, make",
+    [
+        ("sparse", lambda x: x.to_sparse()),
+        ("sparse compressed", lambda x: x.to_sparse_csr()),
+        ("quantized", lambda x: torch.quantize_per_tensor(x, 0.1, 10, torch.qint8)),
+        ("quantized", lambda x: torch.quantize_per_channel(
+            x, torch.ones(4, device=x.device), torch.zeros(4, dtype=torch.long, device=x.device), 0, torch.quint8)),
+        ("quantized", lambda x: torch.quantize_per_tensor_dynamic(x, torch.quint8, False)),
+        ("nested", lambda x: torch.nested.as_nested_tensor([x, x[:2]])),
+    ],
+)
+def test_non_dense_results_are_a_clear_error(kind, make):
+    # Found from the result itself (layout, quantizer, nesting), so no op list can miss one;
+    # never a tensor that claims a quantized dtype without being quantized.
     x = torch.randn(4, 4, device="neuron")
-    with pytest.raises(NotImplementedError, match="supports only strided .dense. tensors"):
-        x.to_sparse()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized creation functions are deprecated
+        with pytest.raises(NotImplementedError, match=f"would return a {kind} tensor.*only dense"):
+            make(x)
+    assert make(x.cpu()) is not None  # the same call is fine on CPU
+
+
+def test_nested_tensors_strided_refused_jagged_work():
+    x = torch.randn(4, 4, device="neuron")
+    with pytest.raises(NotImplementedError, match="nested.*layout=torch.jagged work on neuron"):
+        torch.nested.nested_tensor([x, x[:2]])
+    j = torch.nested.nested_tensor([x, x[:2]], layout=torch.jagged)
+    c = torch.nested.nested_tensor([x.cpu(), x[:2].cpu()], layout=torch.jagged)
+    assert j.device == x.device and torch.equal((j * 2).values().cpu(), (c * 2).values())
 
 
 def test_linear_cross_entropy_accumulates_like_cpu():
@@ -326,3 +353,75 @@ def test_linear_cross_entropy_accumulates_like_cpu():
     f = torch.nn.functional.linear_cross_entropy
     n, c = both(lambda x, w, t: f(x, w, t, reduction="none", options=opts), x, w, t)
     assert torch.equal(n.cpu(), c)
+
+
+def test_autocast_lists_match_cuda():
+    # One op per list of CUDA's autocast policy (torch 2.13): lower precision, fp32,
+    # fp32 with an output dtype, promote, and the banned binary_cross_entropy.
+    a, b = torch.randn(4, 4, device="neuron"), torch.randn(4, 4, device="neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        assert torch.mm(a, b).dtype == torch.bfloat16  # lower_precision_fp
+        assert torch.nn.functional.mse_loss(a.bfloat16(), b.bfloat16()).dtype == torch.float32  # fp32
+        assert a.bfloat16().exp().dtype == torch.float32
+        assert torch.cumsum(a.bfloat16(), 0).dtype == torch.float32  # fp32_set_opt_dtype
+        assert torch.cat([a.bfloat16(), b]).dtype == torch.float32  # promote
+        p = torch.sigmoid(a)
+        with pytest.raises(RuntimeError, match="(?s)unsafe to autocast.*binary_cross_entropy_with_logits"):
+            torch.nn.functional.binary_cross_entropy(p, torch.rand(4, 4, device="neuron"))
+        with_logits = torch.nn.functional.binary_cross_entropy_with_logits(a, torch.rand(4, 4, device="neuron"))
+        assert with_logits.dtype == torch.float32
+    # outside autocast it is an ordinary op
+    t = torch.rand(4, 4)
+    got = torch.nn.functional.binary_cross_entropy(torch.sigmoid(a), t.to("neuron"))
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.binary_cross_entropy(torch.sigmoid(a.cpu()), t))
+    # every op CUDA's autocast handles is handled by neuron's (cuDNN-only ops aside)
+    names = torch._C._dispatch_get_all_op_names()
+    cuda = {n for n in names if torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastCUDA")}
+    neuron = {n for n in names if torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastPrivateUse1")}
+    assert len(cuda) > 100
+    assert {n for n in cuda - neuron if "cudnn" not in n} == set()
+
+
+def test_back_to_back_ops_on_varied_views_match_cpu():
+    # Each call reuses the CPU aliases of the previous one (the thread's alias pool): dtype,
+    # shape, strides, offset and conj/neg bits must all follow the new arguments.
+    g = torch.Generator().manual_seed(11)
+    base = torch.randn(6, 8, generator=g)
+    cbase = torch.randn(4, 4, dtype=torch.complex64, generator=g)
+    cases = [
+        lambda b, c: b + 1,
+        lambda b, c: b[1:, 2:].t() * 3,  # offset + transposed strides
+        lambda b, c: b.double()[::2].sum(0),  # another dtype, step
+        lambda b, c: (c.conj() * 2).resolve_conj(),  # conj bit on the argument
+        lambda b, c: torch._neg_view(b[:, 1]) + b[:, 1],  # neg bit
+        lambda b, c: b.view(48)[5:20].cumsum(0),
+        lambda b, c: b[2] @ b.t(),  # a 1-D argument after 2-D ones
+        lambda b, c: b.bfloat16().relu_().float(),  # in-place on a fresh tensor
+        lambda b, c: torch.cat([b[:2], b[4:]]),  # two views of one storage
+        lambda b, c: b + b,  # the same tensor twice
+    ]
+    dev_b, dev_c = base.to("neuron"), cbase.to("neuron")
+    for _ in range(3):  # again, with the pool warm
+        for i, f in enumerate(cases):
+            got, want = f(dev_b, dev_c), f(base, cbase)
+            assert got.device.type == "neuron", i
+            torch.testing.assert_close(got.cpu(), want, msg=f"case {i}")
+    assert torch.equal(dev_b.cpu(), base) and torch.equal(dev_c.cpu(), cbase)  # inputs untouched
+
+
+def test_ops_alternating_inference_mode_and_autograd_match_cpu():
+    w = torch.randn(4, 4)
+    x = torch.randn(3, 4)
+    wn = w.to("neuron").requires_grad_()
+    for _ in range(2):
+        with torch.inference_mode():
+            y = x.to("neuron") @ wn.detach()
+            y.add_(1)
+            assert y.is_inference()
+            torch.testing.assert_close(y.cpu(), x @ w + 1)
+        out = (x.to("neuron") @ wn).relu().sum()
+        out.backward()
+        ref = w.clone().requires_grad_()
+        (x @ ref).relu().sum().backward()
+        torch.testing.assert_close(wn.grad.cpu(), ref.grad)
+        wn.grad = None

@@ -4,6 +4,7 @@ come out as a pass."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
@@ -19,8 +20,16 @@ def _crash_or_sqrt(x):
     if x == "segfault":
         os.kill(os.getpid(), signal.SIGSEGV)
     if x == "hang":
-        time.sleep(60)
+        time.sleep(600)
     return math.sqrt(x)
+
+
+def _fail_to_start():
+    raise ImportError("no module named 'missing_dependency'")
+
+
+def _exit_during_start():
+    os._exit(3)
 
 
 def test_pool_isolates_crashes_hangs_and_exceptions():
@@ -30,8 +39,51 @@ def test_pool_isolates_crashes_hangs_and_exceptions():
     assert outcomes["4.0"].kind == "ok" and outcomes["4.0"].value == 2.0
     assert outcomes["16.0"].kind == "ok" and outcomes["16.0"].value == 4.0  # the sweep went on
     assert outcomes["'segfault'"].kind == "crash" and "exit code" in outcomes["'segfault'"].error
-    assert outcomes["'hang'"].kind == "timeout"
+    assert outcomes["'hang'"].kind == "timeout" and outcomes["'hang'"].seconds >= 5
     assert outcomes["-1.0"].kind == "exception" and "math domain error" in outcomes["-1.0"].error
+
+
+def test_pool_timeout_excludes_worker_startup():
+    # Every worker, the replacements after the crash and the hang included, takes longer to
+    # start than the item timeout; only the check itself may count against it.
+    timeout, startup = 3, 5
+    items = ["segfault", "hang", 4.0, 9.0]
+    outcomes = {
+        repr(o.item): o
+        for o in run_isolated(_crash_or_sqrt, items, workers=2, timeout=timeout,
+                              initializer=functools.partial(time.sleep, startup))
+    }  # fmt: skip
+    assert outcomes["4.0"].kind == "ok" and outcomes["4.0"].value == 2.0
+    assert outcomes["9.0"].kind == "ok" and outcomes["9.0"].value == 3.0
+    assert outcomes["'segfault'"].kind == "crash"
+    assert outcomes["'hang'"].kind == "timeout" and outcomes["'hang'"].seconds >= timeout
+
+
+@pytest.mark.parametrize(
+    "initializer, startup_timeout, message",
+    [
+        (_fail_to_start, 600, "failed to start(.|\n)*ImportError: no module named 'missing_dependency'"),
+        (_exit_during_start, 600, r"exited during start-up \(exit code 3\)"),
+        (functools.partial(time.sleep, 600), 1, r"not ready after \d+ s \(startup_timeout=1 s\)"),
+    ],
+    ids=["raises", "exits", "hangs"],
+)
+def test_pool_reports_workers_that_do_not_start(initializer, startup_timeout, message):
+    # Not an outcome of the item: the item never ran.
+    with pytest.raises(RuntimeError, match=message):
+        list(run_isolated(_crash_or_sqrt, [4.0], workers=1, initializer=initializer, startup_timeout=startup_timeout))
+
+
+def test_pool_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="timeout must be"):
+        list(run_isolated(_crash_or_sqrt, [4.0], timeout=0))
+    with pytest.raises(ValueError, match="startup_timeout must be"):
+        list(run_isolated(_crash_or_sqrt, [4.0], startup_timeout=-1))
+    with pytest.raises(ValueError, match="workers must be"):
+        list(run_isolated(_crash_or_sqrt, [4.0], workers=0))
+    with pytest.raises(TypeError, match="initializer must be callable"):
+        list(run_isolated(_crash_or_sqrt, [4.0], initializer="setup"))
+    assert list(run_isolated(_crash_or_sqrt, [])) == []
 
 
 def test_compare_matches_and_mismatches():

@@ -21,7 +21,6 @@ def _autoload() -> None:
         _register()
 
 
-import os  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -66,15 +65,13 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    # PyTorch keeps a Parameter's identity across .to(device) only for its built-in
-    # backends (TensorImpl's dense-backend list). Without that, .to("neuron") would
-    # untie shared weights (tied embeddings). Swapping tensors on conversion is
-    # PyTorch's own mechanism for keeping identity; TORCH_NEURONX_SWAP_MODULE_PARAMS=0 opts out.
-    if os.environ.get("TORCH_NEURONX_SWAP_MODULE_PARAMS", "1") != "0":
-        torch.__future__.set_swap_module_params_on_conversion(True)
-    from torch_neuronx import _device_defaults
+    from torch_neuronx import _device_defaults, _multiprocessing
 
     _device_defaults.register()
+    _multiprocessing.register()
+    from torch_neuronx import _safetensors
+
+    _safetensors.register()
     _registered = True
 
 

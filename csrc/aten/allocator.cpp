@@ -8,6 +8,9 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "aten/neuron.h"
 #include "runtime/memory.h"
@@ -29,6 +32,23 @@ constexpr size_t kSmallSize = 1 << 20;      // blocks up to 1 MiB come from the 
 size_t round_size(size_t n) { return (n + kRound - 1) / kRound * kRound; }
 
 
+// Every op takes this lock twice (its output's allocation and, later, its free), for
+// a few hundred nanoseconds at most; a spin lock costs one atomic exchange where a
+// mutex costs two locked operations. A waiter yields, so a preempted holder is not
+// starved on a 2-core machine.
+class SpinLock {
+ public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire)) {
+      while (held_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
+
 struct Block {
   void* ptr;
   size_t size;       // segment size (what the device gave us)
@@ -40,7 +60,10 @@ struct Block {
 };
 
 struct Pool {
-  std::multimap<size_t, Block*> free;  // cached blocks by size
+  // Cached blocks by segment size. Vectors stay allocated when empty, so the steady
+  // state (the same sizes freed and taken again) allocates no host memory.
+  std::map<size_t, std::vector<Block*>> free;
+  size_t num_free = 0;
   DeviceStats stats;
   uint64_t limit = UINT64_MAX;         // set_per_process_memory_fraction
   uint64_t reserved = 0;
@@ -55,12 +78,15 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     return allocate_on(d, n, c10::Device(kNeuron, d));
   }
 
-  c10::DataPtr allocate_on(c10::DeviceIndex d, size_t n, c10::Device as_device) {
-    lazy_init();
-    check_device_index(d);
+  // `checked`: d is a device index already validated (the one a kernel call runs for).
+  c10::DataPtr allocate_on(c10::DeviceIndex d, size_t n, c10::Device as_device, bool checked = false) {
+    if (!checked) {
+      lazy_init();
+      check_device_index(d);
+    }
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &raw_delete, as_device);
     size_t size = round_size(n);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     Pool& pool = pool_of(d);
     Block* b = take_cached(pool, size);
     if (b == nullptr) b = new_segment(pool, d, size, n);
@@ -68,29 +94,31 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     b->rounded = size;
     b->requested = n;
     account(pool.stats, b, +1);
+    // context == data: Allocator::raw_allocate requires it (CPU kernels use it for scratch)
     return c10::DataPtr(b->ptr, b->ptr, &raw_delete, as_device);
   }
 
   void free(void* ptr) {
     if (ptr == nullptr) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-    TORCH_INTERNAL_ASSERT(it != blocks_.end() && it->second->allocated, "neuron allocator: freeing an unknown pointer");
+    std::lock_guard<SpinLock> lock(mu_);
+    auto it = by_ptr_.find(ptr);
+    TORCH_INTERNAL_ASSERT(it != by_ptr_.end() && it->second->allocated, "neuron allocator: freeing an unknown pointer");
     Block* b = it->second;
     Pool& pool = pool_of(b->device);
     account(pool.stats, b, -1);
     b->allocated = false;
-    pool.free.emplace(b->size, b);
+    pool.free[b->size].push_back(b);
+    ++pool.num_free;
   }
 
   bool owns(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return blocks_.count(reinterpret_cast<uintptr_t>(ptr)) > 0;
+    std::lock_guard<SpinLock> lock(mu_);
+    return by_ptr_.count(ptr) > 0;
   }
 
   // Device of the block containing `ptr`, or -1.
   c10::DeviceIndex device_containing(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     auto p = reinterpret_cast<uintptr_t>(ptr);
     auto it = blocks_.upper_bound(p);
     if (it == blocks_.begin()) return -1;
@@ -105,7 +133,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   bool initialized() override { return neuron::rt::is_initialized(); }
 
   void emptyCache(c10::MempoolId_t /*unused*/) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     for (size_t d = 0; d < pools_.size(); ++d) release_cached(pools_[d]);
   }
 
@@ -114,13 +142,13 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     check_device_index(d);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     return pool_of(d).stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex d) override {
     check_device_index(d);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     DeviceStats& s = pool_of(d).stats;
     for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
                       &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
@@ -134,7 +162,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   void resetPeakStats(c10::DeviceIndex d) override {
     check_device_index(d);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     DeviceStats& s = pool_of(d).stats;
     for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
                       &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
@@ -154,14 +182,14 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     TORCH_CHECK_VALUE(fraction >= 0 && fraction <= 1, "Invalid fraction value: ", fraction,
                       ". It should be in [0, 1].");
     auto cap = rt_call([&] { return neuron::rt::memory_info(d); }).capacity;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     pool_of(d).limit = static_cast<uint64_t>(fraction * static_cast<double>(cap));
   }
 
   std::pair<uint64_t, uint64_t> limit(c10::DeviceIndex d) {
     check_device_index(d);
     auto cap = rt_call([&] { return neuron::rt::memory_info(d); }).capacity;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     return {std::min<uint64_t>(pool_of(d).limit, cap), cap};
   }
 
@@ -173,11 +201,15 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   // A cached block no more than 25% larger than the request (blocks are not split).
   Block* take_cached(Pool& pool, size_t size) {
-    auto it = pool.free.lower_bound(size);
-    if (it == pool.free.end() || it->first > size + size / 4) return nullptr;
-    Block* b = it->second;
-    pool.free.erase(it);
-    return b;
+    if (pool.num_free == 0) return nullptr;
+    for (auto it = pool.free.lower_bound(size); it != pool.free.end() && it->first <= size + size / 4; ++it) {
+      if (it->second.empty()) continue;
+      Block* b = it->second.back();
+      it->second.pop_back();
+      --pool.num_free;
+      return b;
+    }
+    return nullptr;
   }
 
   Block* new_segment(Pool& pool, c10::DeviceIndex d, size_t size, size_t requested) {
@@ -193,12 +225,13 @@ class NeuronAllocator final : public c10::DeviceAllocator {
           rethrow_runtime_error(e);
         }
       }
-      if (attempt > 0 || pool.free.empty()) raise_oom(pool, d, requested);
+      if (attempt > 0 || pool.num_free == 0) raise_oom(pool, d, requested);
       release_cached(pool);
       ++pool.stats.num_alloc_retries;
     }
     Block* b = new Block{p, size, size, requested, d, size <= kSmallSize, false};
     blocks_.emplace(reinterpret_cast<uintptr_t>(p), b);
+    by_ptr_.emplace(p, b);
     pool.reserved += size;
     auto types = pool_types(b);
     for (size_t t : types) pool.stats.segment[t].increase(1), pool.stats.reserved_bytes[t].increase(size);
@@ -224,15 +257,19 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   }
 
   void release_cached(Pool& pool) {
-    for (auto& [size, b] : pool.free) {
-      neuron::rt::device_free(b->device, b->ptr, b->size);
-      blocks_.erase(reinterpret_cast<uintptr_t>(b->ptr));
-      pool.reserved -= b->size;
-      for (size_t t : pool_types(b)) pool.stats.segment[t].decrease(1), pool.stats.reserved_bytes[t].decrease(b->size);
-      ++pool.stats.num_device_free;
-      delete b;
+    for (auto& [size, blocks] : pool.free) {
+      for (Block* b : blocks) {
+        neuron::rt::device_free(b->device, b->ptr, b->size);
+        blocks_.erase(reinterpret_cast<uintptr_t>(b->ptr));
+        by_ptr_.erase(b->ptr);
+        pool.reserved -= b->size;
+        for (size_t t : pool_types(b)) pool.stats.segment[t].decrease(1), pool.stats.reserved_bytes[t].decrease(b->size);
+        ++pool.stats.num_device_free;
+        delete b;
+      }
     }
     pool.free.clear();
+    pool.num_free = 0;
   }
 
   static std::array<size_t, 2> pool_types(const Block* b) {
@@ -258,8 +295,9 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     }
   }
 
-  std::mutex mu_;
-  std::map<uintptr_t, Block*> blocks_;
+  SpinLock mu_;
+  std::map<uintptr_t, Block*> blocks_;                 // by address, for range queries
+  std::unordered_map<const void*, Block*> by_ptr_;     // the same blocks, for exact lookups
   std::vector<Pool> pools_;
 };
 
@@ -276,7 +314,7 @@ class KernelCPUAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     c10::DeviceIndex d = tls_kernel_device;
     if (d < 0) return base_->allocate(n);
-    return g_allocator.allocate_on(d, n, c10::Device(c10::kCPU));
+    return g_allocator.allocate_on(d, n, c10::Device(c10::kCPU), /*checked=*/true);
   }
   c10::DeleterFnPtr raw_deleter() const override { return &kernel_raw_delete; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }

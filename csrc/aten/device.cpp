@@ -2,8 +2,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/CallOnce.h>
+
+#include <pthread.h>
 
 #include <deque>
 #include <mutex>
@@ -53,11 +56,16 @@ void set_current_device(c10::DeviceIndex index) {
   tls_device = index;
 }
 
-void lazy_init() {
-  if (C10_UNLIKELY(!rt::is_initialized() || rt::in_bad_fork())) {
-    rt_call([] { rt::initialize(); });
+std::atomic<bool> g_runtime_ready{false};
+
+void lazy_init_slow() {
+  if (!rt::is_initialized() || rt::in_bad_fork()) {
+    rt_call([] { rt::initialize(); });  // raises in a forked child
     install_kernel_cpu_allocator();
   }
+  static std::once_flag fork_handler;
+  std::call_once(fork_handler, [] { pthread_atfork(nullptr, nullptr, [] { g_runtime_ready.store(false); }); });
+  g_runtime_ready.store(true);
 }
 
 namespace {
@@ -143,6 +151,20 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     rt_call([&] { rt::device_synchronize(d); });
   }
   void recordDataPtrOnStream(const c10::DataPtr& /*unused*/, const c10::Stream& /*unused*/) const override {}
+
+  // torch.accelerator.get_device_capability: the dtypes the simulated chip takes. FP8 and
+  // the MX formats only where the platform has them (trn3); quantized tensors nowhere.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    if (d.has_index()) check_device_index(d.index());
+    const rt::Platform& p = rt_call([] { return std::cref(rt::platform()); }).get();
+    c10::DeviceCapability cap;  // every dtype
+    auto& t = cap.capability_data.supported_scalar_types;
+    t.has_QInt8 = t.has_QUInt8 = t.has_QInt32 = t.has_QUInt4x2 = t.has_QUInt2x4 = 0;
+    t.has_Float8_e5m2 = t.has_Float8_e4m3fn = p.chip->supports_fp8 ? 1 : 0;
+    t.has_Float8_e5m2fnuz = t.has_Float8_e4m3fnuz = 0;  // AMD's FP8 variants; not Trainium formats
+    t.has_Float8_e8m0fnu = t.has_Float4_e2m1fn_x2 = p.chip->supports_mx ? 1 : 0;
+    return cap;
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);

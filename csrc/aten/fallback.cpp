@@ -21,6 +21,7 @@ struct OpInfo {
   OpCounter* counter;
   std::string name;
   bool allow_cpu;          // indexing ops accept CPU index tensors, as on CUDA
+  uint64_t write_mask;     // arguments the schema lets the op write
   std::vector<bool> is_generator;  // per argument: Generator or Generator?
 };
 
@@ -38,6 +39,7 @@ const OpInfo& info_for(const c10::OperatorHandle& op) {
   info->allow_cpu = name.name == "aten::index" || name.name == "aten::index_put_" ||
                     name.name == "aten::index_put" || name.name == "aten::_index_put_impl_" ||
                     name.name == "aten::_unsafe_index" || name.name == "aten::_unsafe_index_put";
+  info->write_mask = schema_write_mask(op.schema());
   for (const auto& arg : op.schema().arguments()) {
     c10::TypePtr t = arg.type();
     if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
@@ -58,7 +60,7 @@ void run_cpu_kernel_boxed(const c10::OperatorHandle& op, const OpInfo& info, tor
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t base = stack->size() - num_args;
-  KernelCall call(info.name.c_str(), info.allow_cpu);
+  KernelCall call(info.name.c_str(), info.allow_cpu, info.write_mask);
   std::deque<at::Tensor> originals;  // stable addresses for returned references
 
   auto take = [&](const at::Tensor& t) -> at::Tensor {
@@ -66,6 +68,7 @@ void run_cpu_kernel_boxed(const c10::OperatorHandle& op, const OpInfo& info, tor
     return call.input(originals.back());
   };
   for (size_t i = 0; i < num_args; ++i) {
+    call.next_arg();
     c10::IValue& v = (*stack)[base + i];
     if (v.isTensor()) {
       v = take(v.toTensor());
@@ -137,10 +140,31 @@ void neuron_cpu_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/
   run_cpu_kernel_boxed(op, info, stack);
 }
 
+// Strided nested tensors (NestedTensorImpl) are not supported. Their one composite
+// constructor is refused below; any that is made anyway reaches this for every op.
+void refuse_nested(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.operator_name().name, " was given a nested tensor of layout torch.strided on "
+                              "neuron, which the device does not support. Nested tensors with layout=torch.jagged work "
+                              "on neuron; use those, or run on CPU tensors.");
+}
+
+at::Tensor refuse_nested_from_list(at::TensorList, std::optional<c10::ScalarType>, std::optional<c10::Layout>,
+                                   std::optional<c10::Device>, std::optional<bool>) {
+  refuse_non_dense("aten::_nested_tensor_from_tensor_list", "nested");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_nested>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_nested_tensor_from_tensor_list", TORCH_FN(refuse_nested_from_list));
 }
 
 int register_cpu_kernel_preference() {

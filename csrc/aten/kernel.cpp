@@ -1,6 +1,7 @@
 // KernelCall (see kernel.h), op tracking and the fallback policy.
 #include "aten/kernel.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
@@ -32,7 +33,7 @@ c10::Storage storage_ref(c10::StorageImpl* s) {
 at::Tensor neuron_view(const at::Tensor& t, c10::Storage storage) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   auto out = c10::make_intrusive<c10::TensorImpl>(std::move(storage),
-                                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), impl->dtype());
+                                                  kNeuronKeys, impl->dtype());
   copy_view_bits(impl, out.get());
   return at::Tensor(std::move(out));
 }
@@ -45,11 +46,99 @@ c10::Storage make_alias_storage(const c10::StorageImpl* s) {
       c10::DataPtr(const_cast<void*>(s->data()), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true));
 }
 
+// Dispatch keys are protected in TensorImpl; a derived class may name the member.
+struct KeySetAccess : c10::TensorImpl {
+  static constexpr c10::DispatchKeySet c10::TensorImpl::*member = &KeySetAccess::key_set_;
+};
+
+// A neuron tensor over `storage` with t's view metadata. A result the kernel just made
+// (we hold the only reference) is turned into a neuron tensor in place: one TensorImpl
+// less per op than building a new one.
+at::Tensor to_neuron(at::Tensor t, c10::Storage storage) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (t.use_count() != 1 || t.weak_use_count() != 1 || !impl->allow_tensor_metadata_change()) {
+    return neuron_view(t, std::move(storage));
+  }
+  impl->set_storage_keep_dtype(std::move(storage));  // the device follows the storage
+  c10::DispatchKeySet& ks = impl->*KeySetAccess::member;
+  constexpr auto cpu_autocast = c10::DispatchKeySet(c10::DispatchKey::AutocastCPU);
+  if (ks.has_any(cpu_autocast)) ks = (ks - cpu_autocast) | c10::DispatchKeySet(c10::DispatchKey::AutocastPrivateUse1);
+  ks = ks | kNeuronKeys;  // autograd keys (if any: not in inference mode) follow the backend bits
+  return t;
+}
+
+// What a neuron tensor cannot be: non-strided layouts, quantized and nested tensors
+// (found by the result itself, so no op list can miss one). nullptr when it is fine.
+const char* unsupported_kind(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->is_quantized() || c10::isQIntType(t.scalar_type())) return "quantized";
+  if (impl->is_nested()) return "nested";
+  switch (t.layout()) {
+    case c10::kStrided: break;
+    case c10::kSparse: return "sparse";
+    case c10::kMkldnn: return "mkldnn";
+    default: return "sparse compressed";
+  }
+  if (!impl->has_storage()) return "storage-less";
+  return nullptr;
+}
+
+}  // namespace
+
+void refuse_non_dense(const std::string& op_name, const char* kind) {
+  bool nested = std::string(kind) == "nested";
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op_name, " would return a ", kind, " tensor, but the neuron device supports only "
+                              "dense (strided, non-quantized) tensors. ",
+                              nested ? "Nested tensors with layout=torch.jagged work on neuron; use those, or run "
+                                       "this op on CPU tensors (x.cpu())."
+                                     : "Run this op on CPU tensors (x.cpu()) and move a dense result back with "
+                                       ".to('neuron').");
+}
+
+namespace {
+
 at::Tensor alias_over(const c10::TensorImpl* src, c10::Storage storage) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                    src->dtype());
   copy_view_bits(src, impl.get());
   return at::Tensor(std::move(impl));
+}
+
+// Aliases made for kernel calls are reused by the next call on the same thread (when
+// nothing else kept a reference): allocating and constructing a TensorImpl and a
+// StorageImpl per argument is a measurable part of a small op's cost. A parked alias
+// keeps its own alias storage, which the next call points at its argument's bytes.
+thread_local std::vector<c10::intrusive_ptr<c10::TensorImpl>> tls_pool;
+constexpr size_t kPoolMax = 32;
+
+void point_at(c10::StorageImpl* alias, const c10::StorageImpl* s) {
+  alias->set_data_ptr_noswap(c10::DataPtr(const_cast<void*>(s->data()), c10::Device(c10::kCPU)));
+  alias->set_nbytes(s->nbytes());
+}
+
+// Takes back an alias nobody else holds; anything unusual is simply not reused. (An
+// alias is always a plain CPU TensorImpl we made; inference-mode ones are not pooled,
+// and a pooled one used in inference mode only differs in that its inner calls may
+// count a version bump nobody reads.)
+void park_alias(at::Tensor& t) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (tls_pool.size() >= kPoolMax || t.use_count() != 1 || t.weak_use_count() != 1 ||
+      impl->autograd_meta() != nullptr || impl->is_inference() || !impl->allow_tensor_metadata_change()) {
+    return;
+  }
+  tls_pool.push_back(t.unsafeReleaseIntrusivePtr());
+}
+
+// The parked alias's storage, if it is still a plain non-owning alias that only the
+// parked tensor holds (so it can stand in for a new argument's storage).
+c10::StorageImpl* reusable_storage(c10::TensorImpl* parked) {
+  const c10::Storage& st = parked->unsafe_storage();
+  c10::StorageImpl* impl = st.unsafeGetStorageImpl();
+  if (impl == nullptr || st.use_count() != 1 || impl->allocator() != c10::GetCPUAllocator() || !impl->resizable() ||
+      impl->data_ptr().get_context() != nullptr) {
+    return nullptr;  // a kernel replaced its memory or allocator, or someone kept it
+  }
+  return impl;
 }
 
 }  // namespace
@@ -64,12 +153,60 @@ const c10::DispatchKeySet& cpu_keyset() {
   return ks;
 }
 
-const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage) {
-  for (const auto& p : storages_) {
-    if (p.neuron == neuron_storage) return p.alias;
+const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage, bool written) {
+  for (auto& p : storages_) {
+    if (p.neuron == neuron_storage) {
+      p.written |= written;
+      return p.alias;
+    }
   }
-  storages_.push_back({neuron_storage, make_alias_storage(neuron_storage)});
+  storages_.push_back({neuron_storage, make_alias_storage(neuron_storage), written});
   return storages_.back().alias;
+}
+
+at::Tensor KernelCall::make_alias(const c10::TensorImpl* src, bool written) {
+  c10::StorageImpl* ns = src->storage().unsafeGetStorageImpl();
+  bool known = false;
+  for (auto& p : storages_) known |= p.neuron == ns;
+  if (tls_pool.empty()) return alias_over(src, alias_storage(ns, written));
+  c10::intrusive_ptr<c10::TensorImpl> impl = std::move(tls_pool.back());
+  tls_pool.pop_back();
+  c10::StorageImpl* own = known ? nullptr : reusable_storage(impl.get());
+  if (own != nullptr) {  // the common case: its parked storage becomes this argument's alias storage
+    point_at(own, ns);
+    storages_.push_back({ns, impl->storage(), written});
+    if (impl->dtype() != src->dtype()) impl->set_storage_and_dtype(impl->storage(), src->dtype());
+  } else {
+    impl->set_storage_and_dtype(alias_storage(ns, written), src->dtype());
+  }
+  if (impl->sizes() != src->sizes() || impl->strides() != src->strides()) {
+    impl->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  } else if (impl->storage_offset() != src->storage_offset()) {
+    impl->set_storage_offset(src->storage_offset());
+  }
+  if (impl->is_conj() != src->is_conj()) impl->_set_conj(src->is_conj());
+  if (impl->is_neg() != src->is_neg()) impl->_set_neg(src->is_neg());
+  return at::Tensor(std::move(impl));
+}
+
+KernelCall::~KernelCall() {
+  storages_.clear();  // first, so a parked alias is the only holder of its storage
+  for (auto& e : aliases_) park_alias(e.alias_ref);
+}
+
+uint64_t schema_write_mask(const c10::FunctionSchema& schema) {
+  uint64_t mask = 0;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* a = args[i].alias_info();
+    if (i >= 64 || (a != nullptr && a->isWrite())) mask |= uint64_t(1) << std::min<size_t>(i, 63);
+  }
+  return mask;
+}
+
+uint64_t schema_write_mask(const char* name, const char* overload_name) {
+  auto op = c10::Dispatcher::singleton().findSchema({name, overload_name});
+  return op ? schema_write_mask(op->schema()) : ~uint64_t(0);
 }
 
 c10::StorageImpl* KernelCall::neuron_storage_of(const c10::StorageImpl* alias) const {
@@ -86,8 +223,9 @@ at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
   if (d.type() == kNeuron) {
     note_device(d);
     saw_neuron_tensor_ = true;
-    at::Tensor a = alias_over(impl, alias_storage(impl->storage().unsafeGetStorageImpl()));
-    aliases_.push_back({a.unsafeGetTensorImpl(), stable_ref ? &t : nullptr, impl, a});
+    bool written = arg_written();
+    at::Tensor a = make_alias(impl, written);
+    aliases_.push_back({a.unsafeGetTensorImpl(), stable_ref ? &t : nullptr, impl, a, written});
     return a;
   }
   // CPU scalars mix with device tensors, as they do with CUDA.
@@ -131,6 +269,7 @@ void KernelCall::begin() {
   if (device_ < 0) device_ = current_device();
   lazy_init();
   if (!cpu_output_) scope_.emplace(device_);
+  activity_.set_device(device_);
 }
 
 at::Tensor KernelCall::output(at::Tensor t) {
@@ -140,15 +279,15 @@ at::Tensor KernelCall::output(at::Tensor t) {
     if (e.alias == impl) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.orig));
   }
   if (cpu_output_ || impl->device_type() != c10::kCPU) return t;
-  TORCH_CHECK_NOT_IMPLEMENTED(impl->has_storage() && t.layout() == c10::kStrided, op_name_, " would return a ",
-                              t.layout(), " tensor, but the neuron device supports only strided (dense) tensors. "
-                              "Run this op on CPU tensors (x.cpu()) and move the dense result back with .to('neuron').");
+  if (const char* kind = unsupported_kind(t)) {
+    refuse_non_dense(op_name_, kind);
+  }
   c10::StorageImpl* s = impl->storage().unsafeGetStorageImpl();
-  if (c10::StorageImpl* input = neuron_storage_of(s)) return neuron_view(t, storage_ref(input));  // a view of an input
-  if (s->device_type() == kNeuron) return neuron_view(t, impl->storage());
+  if (c10::StorageImpl* input = neuron_storage_of(s)) return to_neuron(std::move(t), storage_ref(input));  // a view of an input
+  if (s->device_type() == kNeuron) return to_neuron(std::move(t), impl->storage());
   if (is_device_memory(s->data_ptr())) {  // born in device memory
     adopt_storage(s, device_);
-    return neuron_view(t, impl->storage());
+    return to_neuron(std::move(t), impl->storage());
   }
   // Host memory the kernel did not allocate through us (e.g. a cached constant): copy.
   auto opts = t.options().device(c10::Device(kNeuron, device_));
@@ -169,6 +308,7 @@ void KernelCall::finish() {
   // A resize inside the kernel reallocated an alias storage: move the new device
   // memory into the neuron storage (the alias keeps a non-owning pointer to it).
   for (auto& p : storages_) {
+    if (!p.written) continue;  // read-only arguments cannot have been resized
     c10::StorageImpl* a = p.alias.unsafeGetStorageImpl();
     if (a->data() != p.neuron->data()) {
       c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(a->mutable_data(), c10::Device(c10::kCPU)));
@@ -180,6 +320,7 @@ void KernelCall::finish() {
     if (a->nbytes() != p.neuron->nbytes()) p.neuron->set_nbytes(a->nbytes());
   }
   for (const auto& e : aliases_) {
+    if (!e.written) continue;
     c10::TensorImpl* a = e.alias;
     c10::TensorImpl* o = e.orig;
     c10::StorageImpl* as = a->storage().unsafeGetStorageImpl();

@@ -11,6 +11,7 @@
 #include <ATen/Tensor.h>
 #include <ATen/core/IListRef.h>
 #include <ATen/core/List.h>
+#include <ATen/core/function_schema.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/SmallVector.h>
 
@@ -28,10 +29,25 @@ namespace torch_neuronx {
 // a kernel derives from it are CPU tensors too, as the kernel expects.
 at::Tensor cpu_alias(const at::Tensor& t);
 
+// Raises NotImplementedError: `op_name` would produce a `kind` ("quantized", "sparse",
+// "nested", ...) tensor, which neuron does not support.
+[[noreturn]] void refuse_non_dense(const std::string& op_name, const char* kind);
+
 class KernelCall {
  public:
-  explicit KernelCall(const char* op_name, bool allow_cpu_tensors = false)
-      : op_name_(op_name), allow_cpu_(allow_cpu_tensors) {}
+  // `write_mask`: bit i set when the op's schema lets it write argument i (a!); only
+  // those arguments can change shape or storage, so only they are checked in finish().
+  explicit KernelCall(const char* op_name, bool allow_cpu_tensors = false, uint64_t write_mask = ~uint64_t(0))
+      : op_name_(op_name), allow_cpu_(allow_cpu_tensors), write_mask_(write_mask), activity_(op_name) {}
+  ~KernelCall();
+  KernelCall(const KernelCall&) = delete;
+  KernelCall& operator=(const KernelCall&) = delete;
+
+  // Moves to the next schema argument; arguments are converted in schema order.
+  KernelCall& next_arg() {
+    ++arg_;
+    return *this;
+  }
 
   // Converts an argument tensor: neuron → CPU alias (remembered), CPU passes through.
   at::Tensor input(const at::Tensor& t, bool stable_ref = true);
@@ -57,22 +73,30 @@ class KernelCall {
   [[noreturn]] void mismatch(c10::Device a, c10::Device b) const;
 
   // The CPU storage standing in for a neuron storage during this call.
-  const c10::Storage& alias_storage(c10::StorageImpl* neuron_storage);
+  const c10::Storage& alias_storage(c10::StorageImpl* neuron_storage, bool written);
+  // A CPU alias of a neuron argument, reusing one this thread parked when possible.
+  at::Tensor make_alias(const c10::TensorImpl* src, bool written);
   // The neuron storage an alias storage stands in for, or nullptr.
   c10::StorageImpl* neuron_storage_of(const c10::StorageImpl* alias) const;
+
+  bool arg_written() const { return arg_ < 0 || arg_ >= 64 || ((write_mask_ >> arg_) & 1); }
 
   struct StoragePair {
     c10::StorageImpl* neuron;
     c10::Storage alias;
+    bool written;
   };
   struct AliasEntry {
     c10::TensorImpl* alias;
     const at::Tensor* orig_ptr;  // the caller's argument (for returned references)
     c10::TensorImpl* orig;
     at::Tensor alias_ref;  // keeps the alias alive for finish()
+    bool written;
   };
   const char* op_name_;
   bool allow_cpu_;
+  uint64_t write_mask_;
+  int arg_ = -1;
   bool saw_neuron_tensor_ = false;
   bool cpu_output_ = false;                    // a factory op asked for device='cpu'
   c10::DeviceIndex device_ = -1;
@@ -82,6 +106,7 @@ class KernelCall {
   c10::SmallVector<AliasEntry, 6> aliases_;
   c10::SmallVector<StoragePair, 6> storages_;
   std::optional<KernelDeviceScope> scope_;
+  DeviceActivityScope activity_;  // last: reports the span once everything else is done
 };
 
 // ---- typed wrapper ---------------------------------------------------------------------
@@ -207,6 +232,10 @@ OpCounter& counter_for() {
   return c;
 }
 
+// Bit i set when the schema (of name, overload) may write argument i.
+uint64_t schema_write_mask(const c10::FunctionSchema& schema);
+uint64_t schema_write_mask(const char* name, const char* overload_name);
+
 template <class Op, bool AllowCpu, class Sig = typename Op::schema>
 struct NeuronKernel;
 
@@ -214,8 +243,9 @@ template <class Op, bool AllowCpu, class R, class... Args>
 struct NeuronKernel<Op, AllowCpu, R(Args...)> {
   static R run(Args... args) {
     counter_for<Op>().executed.fetch_add(1, std::memory_order_relaxed);
-    KernelCall call(Op::name, AllowCpu);
-    std::tuple<KArg<Args>...> held{KArg<Args>(call, std::forward<Args>(args))...};
+    static const uint64_t write_mask = schema_write_mask(Op::name, Op::overload_name);
+    KernelCall call(Op::name, AllowCpu, write_mask);
+    std::tuple<KArg<Args>...> held{KArg<Args>(call.next_arg(), std::forward<Args>(args))...};
     call.begin();
     return invoke(call, held, std::index_sequence_for<Args...>{});
   }

@@ -3,11 +3,13 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/record_function.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -18,6 +20,14 @@
 namespace torch_neuronx {
 
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+// Dispatch keys of a dense neuron tensor. Besides PrivateUse1 they carry the CPU backend
+// bit: dispatch still picks PrivateUse1 (the higher-priority backend), but PyTorch then
+// counts neuron tensors among the dense backends whose TensorImpls are interchangeable,
+// as it does for CUDA, so `param.data = neuron_tensor` and Module.to() keep the
+// Parameter objects (and tied weights) without swapping tensors.
+constexpr c10::DispatchKeySet kNeuronKeys =
+    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::BackendComponent::CPUBit);
 
 // ---- errors -----------------------------------------------------------------
 // Re-raises a runtime error as the PyTorch exception a CUDA user would get.
@@ -37,8 +47,13 @@ c10::DeviceIndex device_count() noexcept;
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);  // validates
 void check_device_index(c10::DeviceIndex index);   // TORCH_CHECK-style error for bad index
-// Initializes the runtime on first use; refuses in a forked child.
-void lazy_init();
+// Initializes the runtime on first use; refuses in a forked child. Inline: it runs on
+// every op, and after the first it is one relaxed load.
+extern std::atomic<bool> g_runtime_ready;  // cleared in a forked child
+void lazy_init_slow();
+inline void lazy_init() {
+  if (C10_UNLIKELY(!g_runtime_ready.load(std::memory_order_relaxed))) lazy_init_slow();
+}
 
 // ---- allocation -------------------------------------------------------------
 // While >= 0 on a thread, CPU kernels running for a neuron op allocate their
@@ -69,6 +84,50 @@ c10::Allocator* pinned_allocator();
 bool is_pinned_ptr(const void* p);
 c10::Device device_of_ptr(void* p);
 void install_kernel_cpu_allocator();
+
+// ---- profiling (profiler.cpp) -------------------------------------------------
+// While a profiler listens, kernels report their spans on the device timeline.
+extern std::atomic<bool> g_device_activity_on;
+int64_t device_clock_ns();
+void record_device_activity(const char* name, c10::DeviceIndex device, int64_t start_ns, int64_t end_ns);
+
+// Reports [construction, destruction) as device activity `name` when profiling. The
+// CPU kernel's own aten calls inside it are hidden from the profiler meanwhile: they are
+// how the simulator runs the kernel, not ops the program called (and a nested op of the
+// same name would otherwise take over the kernel's device time in key_averages()).
+class DeviceActivityScope {
+ public:
+  explicit DeviceActivityScope(const char* name, c10::DeviceIndex device = -1) : name_(name), device_(device) {
+    if (C10_UNLIKELY(g_device_activity_on.load(std::memory_order_relaxed))) {
+      start_ = device_clock_ns();
+      hide_inner_.emplace(false);
+    }
+  }
+  ~DeviceActivityScope() {
+    if (C10_UNLIKELY(start_ != 0)) {
+      try {
+        record_device_activity(name_, device_, start_, device_clock_ns());
+      } catch (...) {  // profiling must never fail the op
+      }
+    }
+  }
+  void set_device(c10::DeviceIndex d) { device_ = d; }
+  DeviceActivityScope(const DeviceActivityScope&) = delete;
+  DeviceActivityScope& operator=(const DeviceActivityScope&) = delete;
+
+ private:
+  const char* name_;
+  c10::DeviceIndex device_;
+  int64_t start_ = 0;
+  std::optional<at::RecordFunctionGuard> hide_inner_;
+};
+
+// ---- sharing between processes (sharing.cpp) ----------------------------------
+// Moves the tensor's storage into shared memory (once) and returns (fd, bytes).
+std::pair<int, size_t> share_storage_fd(const at::Tensor& t);
+// A neuron tensor over the shared memory behind `fd` (which the caller keeps).
+at::Tensor tensor_from_shared_fd(int fd, size_t nbytes, c10::DeviceIndex device, c10::ScalarType dtype,
+                                 c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
 
 // ---- random -----------------------------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex device);

@@ -196,7 +196,7 @@ at::Tensor neuron_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dt
   lazy_init();
   check_factory(layout, pin_memory);
   KernelDeviceScope scope(target_device(device));
-  return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_generic(size, neuron_allocator(), kNeuronKeys,
                                    dtype.value_or(c10::get_default_dtype_as_scalartype()), memory_format);
 }
 
@@ -209,7 +209,7 @@ at::Tensor neuron_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, 
   check_factory(layout, pin_memory);
   KernelDeviceScope scope(target_device(device));
   return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           kNeuronKeys,
                                            dtype.value_or(c10::get_default_dtype_as_scalartype()));
 }
 
@@ -219,6 +219,7 @@ at::Tensor& neuron_copy_(at::Tensor& self, const at::Tensor& src, bool non_block
   static OpCounter& counter = op_counter("aten::copy_");
   counter.executed.fetch_add(1, std::memory_order_relaxed);
   lazy_init();
+  DeviceActivityScope activity("aten::copy_", self.device().type() == kNeuron ? self.device().index() : src.device().index());
   auto host_view = [](const at::Tensor& t) -> at::Tensor {
     if (t.device().type() == kNeuron) return cpu_alias(t);
     TORCH_CHECK(t.device().is_cpu(), "copy_ between neuron and ", t.device(), " tensors is not supported; copy through the CPU.");
@@ -339,6 +340,18 @@ int64_t neuron_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const 
   return at::_ops::_fused_sdp_choice::call(host(q), host(k), host(v), m, dropout_p, is_causal, scale, enable_gqa);
 }
 
+// Tensor.record_stream: the storage is in use on `stream` too, so its memory must not be
+// reused before the work queued there so far is done. The caching allocator keeps that
+// promise, as CUDA's does.
+void neuron_record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kNeuron, "record_stream: expected a neuron stream for a neuron tensor, got a ",
+              stream.device_type(), " stream.");
+  TORCH_CHECK(stream.device_index() == self.device().index(), "record_stream: the stream is on neuron:",
+              static_cast<int>(stream.device_index()), " but the tensor is on ", self.device(), ".");
+  if (self.storage().data() == nullptr) return;
+  neuron_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
 }  // namespace
 
 #define NEURON_KERNEL(schema, op, allow_cpu) \
@@ -361,6 +374,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", TORCH_FN(neuron_set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(neuron_set_source_tensor));
   m.impl("set_", TORCH_FN(neuron_set_empty));
+  m.impl("record_stream", TORCH_FN(neuron_record_stream));
 
   NEURON_KERNEL("mm", mm, false);
   NEURON_KERNEL("mm.out", mm_out, false);

@@ -1,5 +1,6 @@
 // torch_neuronx._C: the Python surface of the runtime and the ATen layer. The
 // torch.neuron module (torch_neuronx/neuron) is a thin Python layer over these.
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
@@ -105,6 +106,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_set_fallback_policy", [](const std::string& p) { set_fallback_policy(parse_fallback_policy(p)); });
   m.def("_get_fallback_policy", [] { return std::string(fallback_policy_name(fallback_policy())); });
+
+  m.def("_share_storage_fd", [](const at::Tensor& t) { return share_storage_fd(t); });
+  m.def("_tensor_from_shared_fd", [](int fd, size_t nbytes, int device, py::object dtype, std::vector<int64_t> sizes,
+                                     std::vector<int64_t> strides, int64_t offset) {
+    TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype");
+    auto st = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+    return tensor_from_shared_fd(fd, nbytes, static_cast<c10::DeviceIndex>(device), st, sizes, strides, offset);
+  });
 
   m.def("_parse_bytes", [](const std::string& s) { return rt_call([&] { return rt::parse_bytes(s, "size"); }); });
 }

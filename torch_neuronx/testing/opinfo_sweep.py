@@ -113,9 +113,15 @@ def has_swept_dtype(key: str) -> bool:
 _OPS_BY_KEY: dict[str, Any] = {}
 
 
-def _find_op(key: str):
+def _index_ops() -> None:
+    # Also each worker's initializer: importing op_db takes seconds, which must not count
+    # against the first op's timeout.
     if not _OPS_BY_KEY:
         _OPS_BY_KEY.update((op_key(op), op) for op in _op_db())
+
+
+def _find_op(key: str):
+    _index_ops()
     try:
         return _OPS_BY_KEY[key]
     except KeyError:
@@ -483,6 +489,9 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
             msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
             lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
         lines.append("")
+    from torch_neuronx.testing.cuda_only_ops import markdown as cuda_only_markdown
+
+    lines += [cuda_only_markdown(), ""]  # what neuron does for the ops no OpInfo sample can reach on CPU
     lines += ["## Per op", "", "| op | samples passed | rate | cpu-error | seconds |", "|---|---:|---:|---:|---:|"]
     for o in ops:
         rate = "—" if o["rate"] is None else f"{100 * o['rate']:.0f}%"
@@ -498,7 +507,8 @@ def run_sweep(keys: list[str], workers: int, timeout: float, progress: bool = Tr
     results = []
     names = tuple(dtype_name(d) for d in dtypes)
     bar = tqdm(total=len(keys), desc="OpInfo sweep", unit="op", disable=not progress, file=sys.stderr)
-    for o in run_isolated(_check_op_item, [(k, names) for k in keys], workers=workers, timeout=timeout):
+    for o in run_isolated(_check_op_item, [(k, names) for k in keys], workers=workers, timeout=timeout,
+                          initializer=_index_ops):
         if o.kind == "ok":
             r = dict(o.value, status="ok")
         else:

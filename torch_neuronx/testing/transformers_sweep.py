@@ -74,6 +74,13 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore")
 
 
+def _worker_setup() -> None:
+    # Each worker's initializer: the library's import is slow and must not count against
+    # the first architecture's timeout.
+    _quiet()
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+
 def _error_text(e: BaseException) -> str:
     """``Type: first line of the message`` plus where it was raised (last frame)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -520,7 +527,8 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
     records: list[dict] = []
     bar = tqdm(total=len(names), disable=not progress, unit="arch", dynamic_ncols=True)
     try:
-        for outcome in run_isolated(check_one_arch, names, workers=workers, timeout=timeout):
+        for outcome in run_isolated(check_one_arch, names, workers=workers, timeout=timeout,
+                                    initializer=_worker_setup):
             r = record_from_outcome(outcome)
             records.append(r)
             s = summarize(records)
