@@ -171,7 +171,11 @@ int register_cpu_kernel_preference() {
   // The dispatcher gives a backend without its own kernel an op's
   // CompositeExplicitAutograd kernel before the backend fallback. Where the op also has
   // a CPU kernel (addr, all.dims, ...), that composite rounds differently from what CPU
-  // computes; running the CPU kernel itself makes results match CPU exactly.
+  // computes; running the CPU kernel itself makes results match CPU exactly. The same
+  // holds for the functional and in-place variants of structured ops, whose generated
+  // CompositeExplicitAutogradNonFunctional kernel allocates an output from the meta
+  // shape and calls the out= kernel, which CPU's own functional kernel does not (and
+  // smooth_l1_loss, whose meta shape is the reduced one, warned about resizing it).
   static torch::Library* lib =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   int n = 0;
@@ -179,7 +183,8 @@ int register_cpu_kernel_preference() {
     if (name.name.rfind("aten::", 0) != 0) continue;
     auto op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
