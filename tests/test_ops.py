@@ -424,3 +424,18 @@ def test_ops_alternating_inference_mode_and_autograd_match_cpu():
         (x @ ref).relu().sum().backward()
         torch.testing.assert_close(wn.grad.cpu(), ref.grad)
         wn.grad = None
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_structured_ops_run_cpu_functional_kernel(reduction):
+    # smooth_l1_loss's functional form reaches CPU's own kernel: same result, no fallback,
+    # and no "output was resized" warning from an out= tensor made at the reduced shape.
+    g = torch.Generator().manual_seed(12)
+    a, b = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)
+    torch.neuron.clear_op_tracking()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = torch.nn.functional.smooth_l1_loss(a.to("neuron"), b.to("neuron"), reduction=reduction)
+    assert torch.equal(got.cpu(), torch.nn.functional.smooth_l1_loss(a, b, reduction=reduction))
+    assert torch.neuron.get_fallback_ops() == {}
+    assert "aten::smooth_l1_loss" in torch.neuron.get_executed_ops()
