@@ -21,7 +21,6 @@ def _autoload() -> None:
         _register()
 
 
-
 import torch  # noqa: E402
 
 __version__ = "0.1.0"
@@ -65,12 +64,10 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from torch_neuronx import _device_defaults, _multiprocessing
+    from torch_neuronx import _device_defaults, _multiprocessing, _safetensors
 
     _device_defaults.register()
     _multiprocessing.register()
-    from torch_neuronx import _safetensors
-
     _safetensors.register()
     _registered = True
 

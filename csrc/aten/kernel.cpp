@@ -153,12 +153,17 @@ const c10::DispatchKeySet& cpu_keyset() {
   return ks;
 }
 
-const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage, bool written) {
+KernelCall::StoragePair* KernelCall::find_storage(const c10::StorageImpl* neuron_storage) {
   for (auto& p : storages_) {
-    if (p.neuron == neuron_storage) {
-      p.written |= written;
-      return p.alias;
-    }
+    if (p.neuron == neuron_storage) return &p;
+  }
+  return nullptr;
+}
+
+const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage, bool written) {
+  if (StoragePair* p = find_storage(neuron_storage)) {
+    p->written |= written;
+    return p->alias;
   }
   storages_.push_back({neuron_storage, make_alias_storage(neuron_storage), written});
   return storages_.back().alias;
@@ -166,12 +171,10 @@ const c10::Storage& KernelCall::alias_storage(c10::StorageImpl* neuron_storage, 
 
 at::Tensor KernelCall::make_alias(const c10::TensorImpl* src, bool written) {
   c10::StorageImpl* ns = src->storage().unsafeGetStorageImpl();
-  bool known = false;
-  for (auto& p : storages_) known |= p.neuron == ns;
   if (tls_pool.empty()) return alias_over(src, alias_storage(ns, written));
   c10::intrusive_ptr<c10::TensorImpl> impl = std::move(tls_pool.back());
   tls_pool.pop_back();
-  c10::StorageImpl* own = known ? nullptr : reusable_storage(impl.get());
+  c10::StorageImpl* own = find_storage(ns) ? nullptr : reusable_storage(impl.get());
   if (own != nullptr) {  // the common case: its parked storage becomes this argument's alias storage
     point_at(own, ns);
     storages_.push_back({ns, impl->storage(), written});

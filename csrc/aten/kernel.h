@@ -72,6 +72,9 @@ class KernelCall {
   void note_device(c10::Device d);
   [[noreturn]] void mismatch(c10::Device a, c10::Device b) const;
 
+  struct StoragePair;
+  // The entry of a neuron storage already aliased in this call, or nullptr.
+  StoragePair* find_storage(const c10::StorageImpl* neuron_storage);
   // The CPU storage standing in for a neuron storage during this call.
   const c10::Storage& alias_storage(c10::StorageImpl* neuron_storage, bool written);
   // A CPU alias of a neuron argument, reusing one this thread parked when possible.

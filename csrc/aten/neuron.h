@@ -143,6 +143,13 @@ struct OpCounter {
   std::atomic<uint64_t> fallback{0};
 };
 OpCounter& op_counter(const std::string& name);
+// Counts one execution of `name` from a kernel that is not a NeuronKernel; the counter
+// is looked up once per call site.
+#define NEURON_COUNT_EXECUTED(name)                                          \
+  do {                                                                       \
+    static ::torch_neuronx::OpCounter& neuron_counter_ = ::torch_neuronx::op_counter(name); \
+    neuron_counter_.executed.fetch_add(1, std::memory_order_relaxed);        \
+  } while (0)
 std::vector<std::pair<std::string, uint64_t>> executed_ops();
 std::vector<std::pair<std::string, uint64_t>> fallback_ops();
 void clear_op_tracking();

@@ -191,8 +191,7 @@ void check_factory(std::optional<c10::Layout> layout, std::optional<bool> pin_me
 at::Tensor neuron_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                         std::optional<c10::Device> device, std::optional<bool> pin_memory,
                         std::optional<c10::MemoryFormat> memory_format) {
-  static OpCounter& counter = op_counter("aten::empty.memory_format");
-  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  NEURON_COUNT_EXECUTED("aten::empty.memory_format");
   lazy_init();
   check_factory(layout, pin_memory);
   KernelDeviceScope scope(target_device(device));
@@ -203,8 +202,7 @@ at::Tensor neuron_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dt
 at::Tensor neuron_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                 std::optional<bool> pin_memory) {
-  static OpCounter& counter = op_counter("aten::empty_strided");
-  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  NEURON_COUNT_EXECUTED("aten::empty_strided");
   lazy_init();
   check_factory(layout, pin_memory);
   KernelDeviceScope scope(target_device(device));
@@ -216,8 +214,7 @@ at::Tensor neuron_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, 
 // Copies in every direction (host<->device, device<->device, dtype changes,
 // broadcasting) are ATen's CPU copy over aliases: one pass, no staging buffer.
 at::Tensor& neuron_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  static OpCounter& counter = op_counter("aten::copy_");
-  counter.executed.fetch_add(1, std::memory_order_relaxed);
+  NEURON_COUNT_EXECUTED("aten::copy_");
   lazy_init();
   DeviceActivityScope activity("aten::copy_", self.device().type() == kNeuron ? self.device().index() : src.device().index());
   auto host_view = [](const at::Tensor& t) -> at::Tensor {

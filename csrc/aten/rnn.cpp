@@ -20,9 +20,6 @@ namespace {
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
 
-#define NEURON_COUNT(name)                          \
-  static OpCounter& counter_ = op_counter(name);    \
-  counter_.executed.fetch_add(1, std::memory_order_relaxed)
 
 // gates (+ bias), where the bias may be absent.
 Tensor with_bias(const Tensor& gates, const OptTensor& bias) {
@@ -44,7 +41,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell(const Tensor& input_gates, co
                                                    const Tensor& cx, const OptTensor& input_bias,
                                                    const OptTensor& hidden_bias) {
   static const char* kName = "aten::_thnn_fused_lstm_cell";
-  NEURON_COUNT(kName);
+  NEURON_COUNT_EXECUTED(kName);
   check_gates(kName, input_gates, hidden_gates, cx, 4);
   Tensor gates = with_bias(hidden_gates, hidden_bias) + with_bias(input_gates, input_bias);
   auto chunks = gates.chunk(4, 1);
@@ -61,7 +58,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell(const Tensor& input_gates, co
 std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell_backward_impl(const OptTensor& grad_hy, const OptTensor& grad_cy,
                                                                  const Tensor& cx, const Tensor& cy,
                                                                  const Tensor& workspace, bool has_bias) {
-  NEURON_COUNT("aten::_thnn_fused_lstm_cell_backward_impl");
+  NEURON_COUNT_EXECUTED("aten::_thnn_fused_lstm_cell_backward_impl");
   bool has_hy = grad_hy.has_value() && grad_hy->defined();
   bool has_cy = grad_cy.has_value() && grad_cy->defined();
   if (!has_hy && !has_cy) return {};
@@ -82,7 +79,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell_backward_impl(const OptTensor
 std::tuple<Tensor, Tensor> fused_gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
                                           const OptTensor& input_bias, const OptTensor& hidden_bias) {
   static const char* kName = "aten::_thnn_fused_gru_cell";
-  NEURON_COUNT(kName);
+  NEURON_COUNT_EXECUTED(kName);
   check_gates(kName, input_gates, hidden_gates, hx, 3);
   auto ig = with_bias(input_gates, input_bias).chunk(3, 1);
   auto hg = with_bias(hidden_gates, hidden_bias).chunk(3, 1);
@@ -96,7 +93,7 @@ std::tuple<Tensor, Tensor> fused_gru_cell(const Tensor& input_gates, const Tenso
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> fused_gru_cell_backward(const Tensor& grad_hy,
                                                                             const Tensor& workspace, bool has_bias) {
-  NEURON_COUNT("aten::_thnn_fused_gru_cell_backward");
+  NEURON_COUNT_EXECUTED("aten::_thnn_fused_gru_cell_backward");
   auto w = workspace.chunk(5, 1);
   const Tensor &resetgate = w[0], &inputgate = w[1], &newgate = w[2], &hx = w[3], &hn = w[4];
   Tensor grad_n = tanh_grad(grad_hy * (1 - inputgate), newgate);
