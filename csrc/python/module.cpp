@@ -14,6 +14,10 @@ namespace py = pybind11;
 namespace rt = neuron::rt;
 using namespace torch_neuronx;
 
+namespace torch_neuronx {
+void register_distributed(py::module_& parent);
+}
+
 namespace {
 
 py::dict platform_dict() {
@@ -64,6 +68,7 @@ py::list pairs(const std::vector<std::pair<std::string, uint64_t>>& v) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  register_distributed(m);
   static const int cpu_preferred_ops = register_cpu_kernel_preference();
   m.attr("_cpu_preferred_ops") = cpu_preferred_ops;
   m.doc() = "torch-neuronx native core";

@@ -1,0 +1,76 @@
+"""Launch a worker script under torchrun for multi-process tests.
+
+Every launch gets a free rendezvous port (``--standalone``), ``OMP_NUM_THREADS=1``, a
+hard timeout after which the whole process group is killed, and a check that the run
+left nothing of ours in ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+DIST_DIR = Path(__file__).parent / "dist"
+SHM_PREFIX = "torch_neuronx"  # shared-memory segments of the neuron backend start with this
+
+
+def shm_entries() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
+    except FileNotFoundError:
+        return set()
+
+
+class DistResult:
+    def __init__(self, rc: int, out: str):
+        self.rc, self.out = rc, out
+
+    def __repr__(self) -> str:
+        return f"DistResult(rc={self.rc})\n{self.out}"
+
+
+def torchrun(
+    script: str,
+    nprocs: int,
+    *args: str,
+    timeout: float = 300,
+    env: dict | None = None,
+    expect_ok: bool = True,
+    launcher_args: tuple[str, ...] = (),
+) -> DistResult:
+    """Run ``tests/dist/<script>`` on ``nprocs`` local ranks; returns rc and combined output."""
+    before = shm_entries()
+    full_env = dict(os.environ)
+    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TORCH_NEURONX_TEST_DIST": "1"})
+    full_env.update(env or {})
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
+        "--tee=3", *launcher_args, str(DIST_DIR / script), *args,
+    ]
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{script} on {nprocs} ranks did not finish in {timeout:.0f} s\n{out}")
+    finally:
+        try:  # torchrun's workers share its session: nothing may outlive the test
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    res = DistResult(proc.returncode, out)
+    leaked = shm_entries() - before
+    for name in leaked:  # clean up so one failure does not cascade, then fail
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
+    assert not leaked, f"{script} left shared memory behind: {sorted(leaked)}\n{out}"
+    if expect_ok and res.rc != 0:
+        raise AssertionError(f"{script} on {nprocs} ranks exited with {res.rc}\n{out}")
+    return res

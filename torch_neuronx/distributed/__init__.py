@@ -1,0 +1,116 @@
+"""The ``neuron`` backend of torch.distributed.
+
+Importing torch_neuronx registers it, so ``dist.init_process_group("neuron")`` (or
+``"cpu:gloo,neuron:neuron"``, or no backend at all where ``neuron`` is the accelerator)
+gives every collective on neuron tensors to our C++ backend: shared memory between the
+ranks of a host, torch's gloo between hosts.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from torch_neuronx._C import _distributed as _impl
+
+ProcessGroupNeuron = _impl.ProcessGroupNeuron
+
+__all__ = ["ProcessGroupNeuron", "is_available", "reset_stats", "stats"]
+
+
+def is_available() -> bool:
+    return dist.is_available()
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Calls per collective and transport in this process since start (or ``reset_stats``).
+
+    ``{"all_reduce": {"shm": 3, "gloo": 1}, ...}``. Transports: ``shm`` (shared memory within a
+    host), ``gloo`` (torch's gloo between hosts), ``self`` (a group of one rank), ``store``
+    (monitored_barrier).
+    """
+    return _impl.stats()
+
+
+def reset_stats() -> None:
+    _impl.reset_stats()
+
+
+def _create_backend(dist_opts, backend_opts) -> ProcessGroupNeuron:
+    """c10d's extended-API creator: called once per group on every member rank."""
+    timeout = dist_opts.timeout
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    store, rank, size = dist_opts.store, dist_opts.group_rank, dist_opts.group_size
+    pg = ProcessGroupNeuron(store, rank, size, timeout, str(dist_opts.group_id))
+    if pg._num_hosts() > 1:
+        # Between hosts: torch's gloo over every rank, and over the hosts' leaders for the
+        # hierarchical all-reduce. Made here because gloo's Python constructor honours
+        # GLOO_SOCKET_IFNAME like the rest of torch.distributed.
+        from torch.distributed import PrefixStore, ProcessGroupGloo
+
+        flat = ProcessGroupGloo(PrefixStore("neuron/gloo/", store), rank, size, timeout)
+        leaders = None
+        if pg._is_host_leader():
+            leaders = ProcessGroupGloo(
+                PrefixStore("neuron/leaders/", store), pg._host_index(), pg._num_hosts(), timeout
+            )
+        pg._set_gloo(flat, leaders)
+    return pg
+
+
+def _fix_default_backend() -> None:
+    # torch 2.13: init_process_group() with no backend resolves the accelerator's backend
+    # ("neuron") for its device but still makes gloo the group's default backend type, so
+    # device-less calls (barrier, object collectives) look for a gloo backend that was never
+    # created. Resolve the name up front, as torch does when device_id is given. Later torch
+    # releases set the default type from the map themselves; leave them alone.
+    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14):
+        return
+    c10d = dist.distributed_c10d
+    original = c10d._new_process_group_helper
+    if getattr(original, "_neuron_fixed", False):
+        return
+
+    def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs):
+        if str(backend) == dist.Backend.UNDEFINED and torch._C._get_accelerator().type == "neuron":
+            backend = dist.Backend("neuron")
+        return original(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
+
+    _new_process_group_helper._neuron_fixed = True
+    c10d._new_process_group_helper = _new_process_group_helper
+
+
+def _patch_monitored_barrier() -> None:
+    # torch's monitored_barrier refuses any backend but gloo by name; ours implements it.
+    c10d = dist.distributed_c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_neuron_patched", False):
+        return
+
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        pg = group if group is not None else c10d._get_default_group()
+        if not c10d._rank_not_in_group(pg) and "neuron" in str(c10d.get_backend(pg)) and "gloo" not in str(
+            c10d.get_backend(pg)
+        ):
+            if timeout is None:
+                timeout = c10d._get_default_timeout(dist.Backend("neuron"))
+            backend = pg._get_backend(torch.device("neuron"))
+            return backend.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+        return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier._neuron_patched = True
+    monitored_barrier.__doc__ = original.__doc__
+    c10d.monitored_barrier = monitored_barrier
+    dist.monitored_barrier = monitored_barrier
+
+
+def register() -> None:
+    if not dist.is_available():
+        return
+    if "NEURON" not in dist.Backend._plugins:
+        dist.Backend.register_backend("neuron", _create_backend, extended_api=True, devices=["neuron"])
+    _fix_default_backend()
+    _patch_monitored_barrier()
