@@ -74,3 +74,51 @@ def torchrun(
     if expect_ok and res.rc != 0:
         raise AssertionError(f"{script} on {nprocs} ranks exited with {res.rc}\n{out}")
     return res
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(script: str, nprocs: int, *args: str, timeout: float = 180, env: dict | None = None):
+    """Start ``nprocs`` ranks of ``tests/dist/<script>`` directly (no torchrun agent, which
+    would kill the survivors as soon as one rank dies). Returns [(returncode, output)] by rank."""
+    before = shm_entries()
+    port = free_port()
+    procs = []
+    try:
+        for r in range(nprocs):
+            e = dict(os.environ)
+            e.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RANK": str(r), "LOCAL_RANK": str(r),
+                      "WORLD_SIZE": str(nprocs), "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
+                      "MASTER_PORT": str(port)})
+            e.update(env or {})
+            procs.append(subprocess.Popen([sys.executable, str(DIST_DIR / script), *args], env=e,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
+        results = []
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AssertionError(f"{script}: a rank did not exit in {timeout:.0f} s")
+            results.append((p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    leaked = shm_entries() - before
+    for name in leaked:
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
+    assert not leaked, f"{script} left shared memory behind: {sorted(leaked)}\n{results}"
+    return results

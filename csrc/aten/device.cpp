@@ -1,4 +1,5 @@
 // Device guard, PrivateUse1 hooks and generators of the `neuron` device.
+#include <cstdlib>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -35,7 +36,23 @@ void rethrow_runtime_error(const rt::Error& e) {
 // ---- devices ------------------------------------------------------------------------
 
 namespace {
-thread_local c10::DeviceIndex tls_device = 0;
+// The device a thread starts on. A launcher (torchrun, accelerate, mpirun-style tools)
+// starts one process per NeuronCore and says which in LOCAL_RANK; as with AWS's runtime,
+// that process starts on its own core, so code that never calls set_device (accelerate's
+// neuron path does not) still puts rank i on neuron:i. Without LOCAL_RANK: neuron:0.
+c10::DeviceIndex initial_device() {
+  static const c10::DeviceIndex d = [] {
+    const char* v = std::getenv("LOCAL_RANK");
+    if (!v || !*v) return c10::DeviceIndex(0);
+    char* end = nullptr;
+    long r = std::strtol(v, &end, 10);
+    long n = device_count();
+    if (*end != 0 || r < 0 || n <= 0) return c10::DeviceIndex(0);
+    return static_cast<c10::DeviceIndex>(r % n);  // more ranks than cores share them
+  }();
+  return d;
+}
+thread_local c10::DeviceIndex tls_device = initial_device();
 // Current stream per device on this thread (CUDA semantics: thread-local).
 thread_local std::vector<rt::StreamId> tls_streams;
 

@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <unistd.h>
 
@@ -111,7 +112,7 @@ void check_single(const std::vector<at::Tensor>& v, const char* op) {
 
 std::string shape_str(const at::Tensor& t) {
   std::ostringstream s;
-  s << c10::toString(t.scalar_type()) << t.sizes();
+  s << c10::getDtypeNames(t.scalar_type()).first << t.sizes();  // torch's name: float32[4, 8]
   return s.str();
 }
 
@@ -239,7 +240,9 @@ void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& ins, cons
   at::Tensor acc = low ? at::empty(out.sizes(), out.options().dtype(at::kFloat)) : (alias ? at::empty_like(out) : out);
   acc.copy_(ins[0]);
   if (r.op == RO::PREMUL_SUM) acc.mul_(r.factor);
-  for (size_t i = 1; i < ins.size(); ++i) combine(acc, acc, ins[i], r, is_bool);
+  // TensorIterator does not promote float8 with float: widen those inputs explicitly.
+  bool fp8 = at::isFloat8Type(dt);
+  for (size_t i = 1; i < ins.size(); ++i) combine(acc, acc, fp8 ? ins[i].to(at::kFloat) : ins[i], r, is_bool);
   if (r.op == RO::AVG) {
     if (at::isFloatingType(acc.scalar_type()) || at::isComplexType(acc.scalar_type())) acc.div_(r.n);
     else acc.div_(r.n, "trunc");
@@ -342,11 +345,16 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   size_t half = env_size("TORCH_NEURONX_SHM_BUFFER_MB", 4u << 20, 1u << 20);
   size_t ring = env_size("TORCH_NEURONX_SHM_RING_MB", 1u << 20, 1u << 20);
 
+  // A group name can come back (destroy_process_group, then init again on the same store):
+  // count this rank's incarnations so every key below is fresh. All ranks of a group
+  // re-create it equally often, so they agree on the count.
+  key_ = "neuron/" + std::to_string(store_->add("neuron/incarnation/" + std::to_string(rank), 1)) + "/";
+  const std::string& key = key_;
   // Which ranks share a host: every rank publishes its host identity in the group's store.
   std::string me = host_identity();
-  store_->set("neuron/host/" + std::to_string(rank), to_bytes(me));
+  store_->set(key + "host/" + std::to_string(rank), to_bytes(me));
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("neuron/host/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(key + "host/" + std::to_string(r));
   store_->wait(keys, timeout_);
   std::vector<std::string> ids;
   for (int r = 0; r < size; ++r) ids.push_back(r == rank ? me : to_string(store_->get(keys[r])));
@@ -372,7 +380,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   if (nlocal > 1) {
     // The host's first rank creates the segment and publishes its name; it unlinks the
     // name once every local rank has mapped it, so nothing is left in /dev/shm.
-    std::string name_key = "neuron/shm/" + std::to_string(my_host_);
+    std::string name_key = key + "shm/" + std::to_string(my_host_);
     try {
       if (li == 0) {
         std::string name = ShmGroup::unique_name();
@@ -380,14 +388,14 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
         store_->set(name_key, to_bytes(name));
         std::vector<std::string> attached;
         for (int r : local_ranks_)
-          if (r != rank) attached.push_back("neuron/attached/" + std::to_string(r));
+          if (r != rank) attached.push_back(key + "attached/" + std::to_string(r));
         store_->wait(attached, timeout_);
         shm_->unlink();
       } else {
         store_->wait({name_key}, timeout_);
         std::string name = to_string(store_->get(name_key));
         shm_ = std::make_unique<ShmGroup>(name, false, nlocal, li, half, ring);
-        store_->set("neuron/attached/" + std::to_string(rank), to_bytes("1"));
+        store_->set(key + "attached/" + std::to_string(rank), to_bytes("1"));
       }
     } catch (const CommError& e) {
       C10_THROW_ERROR(DistBackendError, c10::str("neuron process group ", group_name_, ": ", e.what()));
@@ -1047,7 +1055,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
       outs.push_back(Flat::of(t, false));
       rflat.push_back(outs.back().flat);
     }
-    OpDesc d = make_desc("all_to_all", c10d::OpType::ALLTOALL, dt, -1, 0, 0, c10::toString(dt));
+    OpDesc d = make_desc("all_to_all", c10d::OpType::ALLTOALL, dt, -1, 0, 0, std::string(c10::getDtypeNames(dt).first));
     if (size_ == 1) {
       rflat[0].copy_(sflat[0]);
       count("all_to_all", "self");
@@ -1126,7 +1134,7 @@ void ProcessGroupNeuron::monitoredBarrier(const c10d::BarrierOptions& opts, bool
   // Through the store, like gloo's: rank 0 learns exactly which ranks did not arrive.
   std::lock_guard<std::mutex> g(coll_mu_);
   auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-  std::string base = "neuron/monitored/" + std::to_string(++monitored_seq_) + "/";
+  std::string base = key_ + "monitored/" + std::to_string(++monitored_seq_) + "/";
   count("monitored_barrier", "store");
   if (rank_ != 0) {
     store_->set(base + std::to_string(rank_), to_bytes("1"));
@@ -1353,3 +1361,20 @@ void ProcessGroupNeuron::p2p_loop() {
 }
 
 }  // namespace torch_neuronx::dist
+
+// DDP's runtime statistics (ddp_logging_data's avg_*_time) need a timer per device type.
+// Execution is synchronous, so host timestamps are the device's.
+namespace c10d {
+namespace {
+class NeuronTimer : public Timer {
+ public:
+  explicit NeuronTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    int64_t a = getTimeRef(start), b = getTimeRef(end);
+    if (a == kUnsetTime || b == kUnsetTime || b < a) return std::nullopt;
+    return b - a;
+  }
+};
+}  // namespace
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, NeuronTimer)
+}  // namespace c10d

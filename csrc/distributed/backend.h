@@ -138,6 +138,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   std::string group_name_;
+  std::string key_;  // store prefix of this incarnation of the group
   std::vector<std::vector<int>> hosts_;  // group ranks per host, hosts in order of their lowest rank
   std::vector<int> host_of_;             // group rank -> host index
   std::vector<int> local_index_;         // group rank -> index on its host

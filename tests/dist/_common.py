@@ -225,6 +225,31 @@ def clone(model):
     return copy.deepcopy(model)
 
 
+def _replicate_inputs(module, inputs, mesh):
+    from torch.distributed.tensor import DTensor, Replicate
+
+    return tuple(DTensor.from_local(t, mesh, [Replicate()], run_check=False) for t in inputs)
+
+
+def _local_output(module, output, mesh):
+    return output.to_local()
+
+
+def ReplicateParameters():
+    """A parallel style for modules that tensor parallelism leaves whole (the norms without
+    sequence parallelism): parameters become replicated DTensors, so that every parameter
+    of the model is a DTensor (as the optimizers' foreach kernels require), and the module
+    still takes and returns plain tensors."""
+    from torch.distributed.tensor import distribute_module
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    class _ReplicateParameters(ParallelStyle):
+        def _apply(self, module, device_mesh):
+            return distribute_module(module, device_mesh, input_fn=_replicate_inputs, output_fn=_local_output)
+
+    return _ReplicateParameters()
+
+
 def llama_tp_plan(model, sequence_parallel: bool) -> dict:
     """Megatron-style tensor-parallel plan of a Hugging Face Llama, optionally with
     sequence parallelism (norms and residual stream sharded on the sequence dimension)."""
@@ -236,11 +261,14 @@ def llama_tp_plan(model, sequence_parallel: bool) -> dict:
     if not sequence_parallel:
         plan = {
             "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
+            "model.norm": ReplicateParameters(),
             "lm_head": ColwiseParallel(output_layouts=Replicate()),
         }
         for i in range(len(model.model.layers)):
             p = f"model.layers.{i}"
             plan.update({
+                f"{p}.input_layernorm": ReplicateParameters(),
+                f"{p}.post_attention_layernorm": ReplicateParameters(),
                 f"{p}.self_attn.q_proj": ColwiseParallel(),
                 f"{p}.self_attn.k_proj": ColwiseParallel(),
                 f"{p}.self_attn.v_proj": ColwiseParallel(),

@@ -62,11 +62,14 @@ def _create_backend(dist_opts, backend_opts) -> ProcessGroupNeuron:
 
 
 def _fix_default_backend() -> None:
-    # torch 2.13: init_process_group() with no backend resolves the accelerator's backend
-    # ("neuron") for its device but still makes gloo the group's default backend type, so
-    # device-less calls (barrier, object collectives) look for a gloo backend that was never
-    # created. Resolve the name up front, as torch does when device_id is given. Later torch
-    # releases set the default type from the map themselves; leave them alone.
+    # torch 2.13 sets a group's default backend type (used by device-less calls such as
+    # barrier, and by destroy_process_group) wrongly for a plugin backend:
+    # - init_process_group() with no backend resolves the accelerator's backend ("neuron")
+    #   for its device but still makes gloo the default, which was never created;
+    # - "cpu:gloo,neuron:neuron" compares the plugin's upper-case key with lower-case names
+    #   and leaves the default unset ("No backend of type 0 found" warnings).
+    # Resolve the name up front, as torch does when device_id is given, and set the default
+    # to our backend where torch left it unset. Later torch releases are left alone.
     if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14):
         return
     c10d = dist.distributed_c10d
@@ -77,7 +80,12 @@ def _fix_default_backend() -> None:
     def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs):
         if str(backend) == dist.Backend.UNDEFINED and torch._C._get_accelerator().type == "neuron":
             backend = dist.Backend("neuron")
-        return original(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
+        result = original(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
+        spec = str(backend).lower()
+        pg = result[0] if isinstance(result, tuple) else result
+        if ":" in spec and "neuron:neuron" in spec and "nccl" not in spec and isinstance(pg, dist.ProcessGroup):
+            pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        return result
 
     _new_process_group_helper._neuron_fixed = True
     c10d._new_process_group_helper = _new_process_group_helper

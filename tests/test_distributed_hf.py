@@ -1,0 +1,120 @@
+"""Hugging Face Accelerate and Transformers, multi-process on ``neuron`` with the ``neuron``
+c10d backend, chosen by the libraries themselves.
+
+* ``accelerate launch --num_processes 2`` takes accelerate's MULTI_NEURON path: accelerate
+  finds the device through ``torch.accelerator.current_accelerator()`` / ``torch.neuron``,
+  launches with torchrun because ``torch.neuron.device_count() > 1``, initializes the process
+  group with backend ``"neuron"`` (its TORCH_DISTRIBUTED_BACKENDS table) and takes the device
+  as ``torch.neuron.current_device()``. Worker: tests/dist/hf_accelerate_worker.py.
+* ``transformers.Trainer`` with DDP on 2 processes (torchrun), a tiny LLaMA from its config.
+  Worker: tests/dist/hf_trainer_worker.py.
+
+The ``*_cpu`` variants run the same scripts on the CPU with gloo: they check the scripts, not
+the backend.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from _dist import DIST_DIR, shm_entries, torchrun
+
+ROOT = Path(__file__).resolve().parent.parent
+NEURON_BACKEND = pytest.mark.skipif(
+    not (ROOT / "torch_neuronx" / "distributed" / "__init__.py").exists(),
+    reason="the neuron c10d backend (torch_neuronx/distributed) is not written yet",
+)
+
+
+def accelerate_launch(script: str, *launch_args: str, env: dict | None = None, timeout: float = 300) -> str:
+    """``python -m accelerate.commands.launch --num_processes 2 <launch_args> tests/dist/<script>``;
+    returns the output, fails on a non-zero exit, a timeout or shared memory left behind."""
+    with tempfile.TemporaryDirectory(prefix="tnx-hf-home-") as hf_home:
+        return _accelerate_launch(script, launch_args, env, timeout, hf_home)
+
+
+def _accelerate_launch(script, launch_args, env, timeout, hf_home) -> str:
+    full_env = dict(os.environ)
+    full_env.update({
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_NEURONX_TEST_DIST": "1",
+        # no user accelerate config (it lives under HF_HOME) and no network
+        "HF_HOME": hf_home,
+        "HF_HUB_OFFLINE": "1",
+        "ACCELERATE_DISABLE_RICH": "1",
+    })
+    full_env.update(env or {})
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
+           "--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no",
+           *launch_args, str(DIST_DIR / script)]
+    before = shm_entries()
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"accelerate launch {script} did not finish in {timeout:.0f} s\n{out}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # nothing of the launch may outlive the test
+        except ProcessLookupError:
+            pass
+    leaked = shm_entries() - before
+    for name in leaked:
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
+    assert not leaked, f"accelerate launch {script} left shared memory behind: {sorted(leaked)}\n{out}"
+    assert proc.returncode == 0, f"accelerate launch {script} exited with {proc.returncode}\n{out}"
+    return out
+
+
+def _assert_ranks_ok(out: str, n: int = 2) -> None:
+    for r in range(n):
+        assert f"rank {r}: ok" in out, f"rank {r} did not finish\n{out}"
+
+
+def test_accelerate_cpu():
+    """The accelerate worker itself on the CPU (MULTI_CPU, gloo), under plain torchrun:
+    ``accelerate launch --cpu`` would start a single process."""
+    out = torchrun("hf_accelerate_worker.py", 2, env={"TNX_TEST_ACCELERATE_CPU": "1", "HF_HUB_OFFLINE": "1"}).out
+    _assert_ranks_ok(out)
+    assert "FAIL" not in out, out
+
+
+@NEURON_BACKEND
+def test_accelerate_launch_neuron():
+    """``accelerate launch --num_processes 2`` with no device flags: MULTI_NEURON, backend
+    ``neuron``, device ``neuron:<local rank>``, correct gather/reduce/objects and a DDP step."""
+    out = accelerate_launch("hf_accelerate_worker.py")
+    _assert_ranks_ok(out)
+    assert "FAIL" not in out, out
+    for r in range(2):
+        assert re.search(rf"rank {r}: distributed_type=DistributedType.MULTI_NEURON backend=neuron device=neuron:{r}", out), out
+
+
+def test_trainer_ddp_cpu():
+    """The Trainer worker itself, with ``use_cpu=True`` (gloo)."""
+    res = torchrun("hf_trainer_worker.py", 2, env={"TNX_TEST_TRAINER_CPU": "1", "HF_HUB_OFFLINE": "1"})
+    _assert_ranks_ok(res.out)
+
+
+@NEURON_BACKEND
+def test_trainer_ddp_neuron():
+    """``transformers.Trainer`` + DDP on 2 neuron processes: loss falls, weights agree."""
+    res = torchrun("hf_trainer_worker.py", 2, env={"HF_HUB_OFFLINE": "1"})
+    _assert_ranks_ok(res.out)
+    for r in range(2):
+        assert re.search(rf"rank {r}: args.device=neuron:{r} parallel_mode=ParallelMode.DISTRIBUTED", res.out), res.out
