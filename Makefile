@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench coverage coverage-ops coverage-transformers clean
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives coverage coverage-ops coverage-transformers clean
 
 run: build
 	$(PY) -m torch_neuronx.collect_env
@@ -61,3 +61,8 @@ coverage-ops: build
 
 clean:
 	rm -rf build .venv/.built
+
+# Bus bandwidth of the neuron backend's collectives against gloo (several minutes); rewrites
+# the benchmark section of docs/distributed.md and docs/distributed_collectives.png.
+bench-collectives: build
+	$(PY) benchmarks/collectives.py
