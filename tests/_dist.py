@@ -44,7 +44,7 @@ def torchrun(
     """Run ``tests/dist/<script>`` on ``nprocs`` local ranks; returns rc and combined output."""
     before = shm_entries()
     full_env = dict(os.environ)
-    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TORCH_NEURONX_TEST_DIST": "1"})
+    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     full_env.update(env or {})
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",

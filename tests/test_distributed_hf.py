@@ -8,9 +8,6 @@ c10d backend, chosen by the libraries themselves.
   as ``torch.neuron.current_device()``. Worker: tests/dist/hf_accelerate_worker.py.
 * ``transformers.Trainer`` with DDP on 2 processes (torchrun), a tiny LLaMA from its config.
   Worker: tests/dist/hf_trainer_worker.py.
-
-The ``*_cpu`` variants run the same scripts on the CPU with gloo: they check the scripts, not
-the backend.
 """
 
 from __future__ import annotations
@@ -21,17 +18,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from _dist import DIST_DIR, shm_entries, torchrun
 
-ROOT = Path(__file__).resolve().parent.parent
-NEURON_BACKEND = pytest.mark.skipif(
-    not (ROOT / "torch_neuronx" / "distributed" / "__init__.py").exists(),
-    reason="the neuron c10d backend (torch_neuronx/distributed) is not written yet",
-)
 
 
 def accelerate_launch(script: str, *launch_args: str, env: dict | None = None, timeout: float = 300) -> str:
@@ -46,7 +37,6 @@ def _accelerate_launch(script, launch_args, env, timeout, hf_home) -> str:
     full_env.update({
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
-        "TORCH_NEURONX_TEST_DIST": "1",
         # no user accelerate config (it lives under HF_HOME) and no network
         "HF_HOME": hf_home,
         "HF_HUB_OFFLINE": "1",
@@ -86,15 +76,6 @@ def _assert_ranks_ok(out: str, n: int = 2) -> None:
         assert f"rank {r}: ok" in out, f"rank {r} did not finish\n{out}"
 
 
-def test_accelerate_cpu():
-    """The accelerate worker itself on the CPU (MULTI_CPU, gloo), under plain torchrun:
-    ``accelerate launch --cpu`` would start a single process."""
-    out = torchrun("hf_accelerate_worker.py", 2, env={"TNX_TEST_ACCELERATE_CPU": "1", "HF_HUB_OFFLINE": "1"}).out
-    _assert_ranks_ok(out)
-    assert "FAIL" not in out, out
-
-
-@NEURON_BACKEND
 def test_accelerate_launch_neuron():
     """``accelerate launch --num_processes 2`` with no device flags: MULTI_NEURON, backend
     ``neuron``, device ``neuron:<local rank>``, correct gather/reduce/objects and a DDP step."""
@@ -105,13 +86,6 @@ def test_accelerate_launch_neuron():
         assert re.search(rf"rank {r}: distributed_type=DistributedType.MULTI_NEURON backend=neuron device=neuron:{r}", out), out
 
 
-def test_trainer_ddp_cpu():
-    """The Trainer worker itself, with ``use_cpu=True`` (gloo)."""
-    res = torchrun("hf_trainer_worker.py", 2, env={"TNX_TEST_TRAINER_CPU": "1", "HF_HUB_OFFLINE": "1"})
-    _assert_ranks_ok(res.out)
-
-
-@NEURON_BACKEND
 def test_trainer_ddp_neuron():
     """``transformers.Trainer`` + DDP on 2 neuron processes: loss falls, weights agree."""
     res = torchrun("hf_trainer_worker.py", 2, env={"HF_HUB_OFFLINE": "1"})

@@ -251,19 +251,6 @@ def _check_run(rcs, texts) -> str:
     return joined
 
 
-def test_two_hosts_gloo_cpu(two_hosts):
-    """The namespace plumbing itself, with backend gloo on CPU tensors: rendezvous across
-    the veth, hostnames, all_reduce, DDP step."""
-    rcs, texts = two_hosts.run("hosts_worker.py", env={"TNX_TEST_BACKEND": "gloo"})
-    joined = _check_run(rcs, texts)
-    assert re.search(r"rank 0: local_rank 0 host hostA", joined)
-    assert re.search(r"rank 3: local_rank 1 host hostB", joined)
-
-
-def _neuron_backend_written() -> bool:
-    return (ROOT / "torch_neuronx" / "distributed" / "__init__.py").exists()
-
-
 def _stats(joined: str) -> dict[int, list[str]]:
     found: dict[int, list[str]] = {}
     for m in re.finditer(r"rank (\d+): STATS (.*)", joined):
@@ -271,7 +258,6 @@ def _stats(joined: str) -> dict[int, list[str]]:
     return found
 
 
-@pytest.mark.skipif(not _neuron_backend_written(), reason="the neuron c10d backend (torch_neuronx/distributed) is not written yet")
 def test_two_hosts_neuron(two_hosts):
     """Backend ``neuron`` on neuron tensors across two hosts: shared memory between the two
     ranks of a host, gloo between hosts."""

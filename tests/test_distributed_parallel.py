@@ -34,8 +34,6 @@ CHECKS_2 = [
     "cp",
     "dcp_reshard",
 ]
-# Checks that may report a limitation of PyTorch itself (they then xfail, never pass).
-MAY_BE_UNSUPPORTED = {"cp"}
 
 
 class Launch:
@@ -49,9 +47,9 @@ class Launch:
             self.rc, self.out, self.error = None, str(e), str(e).splitlines()[0]
 
     def markers(self) -> dict[str, str]:
-        """``{check: 'ok' | 'FAIL ...' | 'UNSUPPORTED: ...'}`` from every rank's markers."""
+        """``{check: 'ok' | 'FAIL ...'}`` from every rank's markers."""
         found = {}
-        for m in re.finditer(r"^(?:\[\w+\]:)?CHECK (\w+) (ok|FAIL.*|UNSUPPORTED: .*?)(?:  \[[\d.]+ s\])?$",
+        for m in re.finditer(r"^(?:\[\w+\]:)?CHECK (\w+) (ok|FAIL.*?)(?:  \[[\d.]+ s\])?$",
                              self.out, re.M):
             found.setdefault(m.group(1), m.group(2))
         return found
@@ -78,8 +76,6 @@ class Launch:
                         f"{' (' + self.error + ')' if self.error else ''}:\n{tail}")
         if result == "ok":
             return
-        if result.startswith("UNSUPPORTED") and name in MAY_BE_UNSUPPORTED:
-            pytest.xfail(result)
         pytest.fail(f"{where}: CHECK {name} {result}\n{self.check_output(name)}")
 
 
@@ -116,7 +112,7 @@ def test_launch_exits_cleanly(request, nprocs):
     markers = launch.markers()
     expected = CHECKS_4 if nprocs == 4 else CHECKS_2
     assert sorted(markers) == sorted(expected), (sorted(markers), launch.out[-5000:])
-    if all(r == "ok" or r.startswith("UNSUPPORTED") for r in markers.values()):
+    if all(r == "ok" for r in markers.values()):
         assert launch.rc == 0, launch.out[-5000:]
         for r in range(nprocs):
             assert re.search(rf"^(\[\w+\]:)?rank {r}: ok$", launch.out, re.M), f"rank {r} did not finish"

@@ -26,7 +26,6 @@
 #include <ATen/ops/_foreach_norm_ops.h>
 #include <ATen/ops/_foreach_sqrt_ops.h>
 #include <ATen/ops/_fused_adamw_ops.h>
-#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/_local_scalar_dense_ops.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
@@ -318,25 +317,6 @@ at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Sca
   return out;
 }
 
-// scaled_dot_product_attention asks this stub which kernel to use; without an answer for
-// PrivateUse1 it takes the unfused math path. Answering as CPU does sends neuron to the
-// same fused CPU flash kernel, so results and speed match CPU.
-int64_t neuron_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                                std::optional<double> scale, bool enable_gqa) {
-  // The choice depends on requires_grad (no fused kernel differentiates attn_mask), so
-  // the aliases carry it; they live only for this call.
-  auto host = [](const at::Tensor& t) {
-    if (t.device().type() != kNeuron) return t;
-    at::Tensor a = cpu_alias(t);
-    if (t.requires_grad()) a.requires_grad_(true);
-    return a;
-  };
-  std::optional<at::Tensor> m;
-  if (mask.has_value() && mask->defined()) m = host(*mask);
-  return at::_ops::_fused_sdp_choice::call(host(q), host(k), host(v), m, dropout_p, is_causal, scale, enable_gqa);
-}
-
 // Tensor.record_stream: the storage is in use on `stream` too, so its memory must not be
 // reused before the work queued there so far is done. The caching allocator keeps that
 // promise, as CUDA's does.
@@ -593,7 +573,3 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torch_neuronx
-
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::neuron_fused_sdp_choice)
-}  // namespace at::native

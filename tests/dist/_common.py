@@ -58,27 +58,32 @@ def log(msg: str) -> None:
 def run_checks(checks: dict[str, Callable[[], None]], selected: list[str] | None = None) -> bool:
     """Runs each check on every rank, in order, and has rank 0 print one marker per check:
 
-    ``CHECK <name> ok``, ``CHECK <name> FAIL (ranks [...])`` or ``CHECK <name> UNSUPPORTED: <why>``
-    (a check raises :class:`Unsupported` for a limitation of PyTorch itself).
+    ``CHECK <name> ok`` or ``CHECK <name> FAIL (ranks [...])``.
 
     After each check the ranks compare outcomes through the rendezvous store (not through
     the backend under test), so one failing check does not hide the next. A rank stuck in
     a collective makes the others give up after ``CHECK_TIMEOUT`` s and exit. Returns
-    whether every check passed (``UNSUPPORTED`` counts as passed).
+    whether every check passed.
     """
     from torch.distributed.distributed_c10d import _get_default_store
 
     store = _get_default_store()
+    stats = _backend_stats()
     all_ok = True
     names = list(checks) if not selected else selected
     for name in names:
         fn = checks[name]
         t0 = time.perf_counter()
         status = "ok"
+        before = stats() if stats else None
         try:
             fn()
-        except Unsupported as e:
-            status = f"UNSUPPORTED: {e}"
+            if stats:  # the check's collectives went through the neuron backend
+                used = _stats_delta(before, stats())
+                if not used:
+                    raise AssertionError("no collective of this check went through the neuron backend")
+                if RANK == 0:
+                    log(f"collectives of {name}: {used}")
         except Exception as e:  # noqa: BLE001 - report and go on with the next check
             status = "FAIL"
             first = (str(e).strip().splitlines() or [""])[0][:300]
@@ -96,8 +101,6 @@ def run_checks(checks: dict[str, Callable[[], None]], selected: list[str] | None
         dt = time.perf_counter() - t0
         if all(s == "ok" for s in statuses):
             marker = f"CHECK {name} ok"
-        elif all(s.startswith("UNSUPPORTED") for s in statuses):
-            marker = f"CHECK {name} {statuses[0]}"
         else:
             marker = f"CHECK {name} FAIL (ranks {[r for r, s in enumerate(statuses) if s != 'ok']})"
             all_ok = False
@@ -106,8 +109,23 @@ def run_checks(checks: dict[str, Callable[[], None]], selected: list[str] | None
     return all_ok
 
 
-class Unsupported(Exception):
-    """Raised by a check that cannot run because of a limitation in PyTorch itself."""
+def _backend_stats():
+    """``torch_neuronx.distributed.stats`` (calls per collective and transport) on neuron."""
+    if DEVICE_KIND != "neuron":
+        return None
+    import torch_neuronx.distributed as nd
+
+    return getattr(nd, "stats", None)
+
+
+def _stats_delta(before: dict, after: dict) -> dict:
+    delta = {}
+    for op, transports in after.items():
+        for transport, n in transports.items():
+            d = n - before.get(op, {}).get(transport, 0)
+            if d:
+                delta.setdefault(op, {})[transport] = d
+    return delta
 
 
 def main(checks: dict[str, Callable[[], None]]) -> None:

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from _common import (
-    RANK, WORLD, Unsupported, assert_close, assert_equal, assert_params_close, clone, full, init,
+    RANK, WORLD, assert_close, assert_equal, assert_params_close, clone, init,
     llama_tp_plan, lm_loss, log, main, rank_slice, tiny_llama, token_batches, train_reference,
 )
 
@@ -221,7 +221,7 @@ def check_dtensor():
 # ---------------------------------------------------------------------------------------
 
 def _tp(sequence_parallel: bool):
-    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = mesh_1d()
@@ -246,8 +246,9 @@ def _tp(sequence_parallel: bool):
         for t in (norm_in, norm_out):
             assert isinstance(t, DTensor) and t.placements == (Shard(1),), t
             assert t.to_local().shape == (2, ids.shape[1] // WORLD, 32), t.to_local().shape
-    else:
-        assert not isinstance(norm_in, DTensor) and norm_in.shape == (2, ids.shape[1], 32), norm_in.shape
+    else:  # the norm runs on the whole sequence, replicated
+        assert isinstance(norm_in, DTensor) and norm_in.placements == (Replicate(),), norm_in
+        assert norm_in.to_local().shape == (2, ids.shape[1], 32), norm_in.to_local().shape
 
     lr = 0.5
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -464,31 +465,18 @@ def check_cp():
     torch.manual_seed(8)
     ref = _Attention(16, 2)
     g = torch.Generator().manual_seed(9)
-    x, t = torch.randn(2, 16, 16, generator=g), torch.randn(2, 16, 16, generator=g)
+    SEQ = 20  # 5 per round-robin chunk: attention blocks of any length
+    x, t = torch.randn(2, SEQ, 16, generator=g), torch.randn(2, SEQ, 16, generator=g)
     y_ref = ref(x)
     (y_ref * t).sum().backward()
 
     model = clone(ref).to(DEVICE)
     xd, td = x.to(DEVICE), t.to(DEVICE)
-    try:
-        with context_parallel(mesh, buffers=[xd, td], buffer_seq_dims=[1, 1]):
-            assert xd.shape == (2, 16 // WORLD, 16), xd.shape  # this rank's part of the sequence
-            y = model(xd)
-            (y * td).sum().backward()
-    except NotImplementedError as e:
-        # torch 2.13's ring attention handles only aten._scaled_dot_product_{flash,efficient,
-        # cudnn}_attention, the CUDA kernels' ops. On a CPU-kernel device SDPA lowers to
-        # aten._scaled_dot_product_flash_attention_for_cpu, which CP neither intercepts nor
-        # has a DTensor sharding rule for.
-        msg = str(e).strip().splitlines()[0]
-        if "_scaled_dot_product_flash_attention_for_cpu" in msg or "CP only supports" in msg:
-            raise Unsupported(
-                "torch.distributed.tensor.experimental.context_parallel in torch "
-                f"{torch.__version__} only implements ring attention for "
-                "aten._scaled_dot_product_{flash,efficient,cudnn}_attention; SDPA on "
-                f"{DT} runs aten._scaled_dot_product_flash_attention_for_cpu: "
-                f"NotImplementedError: {msg}") from e
-        raise
+    # SDPA on neuron takes the device-generic "efficient" ops, which ring attention shards.
+    with context_parallel(mesh, buffers=[xd, td], buffer_seq_dims=[1, 1]):
+        assert xd.shape == (2, SEQ // WORLD, 16), xd.shape  # this rank's part of the sequence
+        y = model(xd)
+        (y * td).sum().backward()
     (y_full,) = context_parallel_unshard(mesh, [y.detach()], [1])
     assert_close(y_full, y_ref, "attention output")
     for (n, p), r in zip(model.named_parameters(), ref.parameters()):

@@ -59,10 +59,9 @@ def check_fsdp2_tp():
     dp = mesh["dp"].get_local_rank()
     make_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)  # noqa: E731
     ref = tiny_llama()
+    model = parallelize_module(clone(ref).to(DEVICE), mesh["tp"], llama_tp_plan(ref, True))
     batches = token_batches(3, batch=4)
     ref_losses = train_reference(ref, batches, make_opt)
-
-    model = parallelize_module(clone(tiny_llama()).to(DEVICE), mesh["tp"], llama_tp_plan(ref, True))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
