@@ -16,9 +16,13 @@ tensor.copy_) as the ceiling and the 4 KiB all_reduce latency; prints a markdown
 saves a plot to docs/distributed_collectives.png and rewrites the marked benchmark
 section of docs/distributed.md (full runs only; --quick prints and writes nothing).
 
-    .venv/bin/python benchmarks/collectives.py                 # full: about 5-8 min on 2 cores
-    .venv/bin/python benchmarks/collectives.py --quick         # a smoke run, about 1 min
+    .venv/bin/python benchmarks/collectives.py                 # full (make bench-collectives): ~3 min
+    .venv/bin/python benchmarks/collectives.py --quick         # a smoke run, under a minute
     .venv/bin/python benchmarks/collectives.py --ranks 2 --sizes 4K,1M,32M --ops all_reduce --no-doc
+
+On a shared machine it first waits (--wait-idle, up to 10 min) for other processes to
+leave the CPUs idle, records how much CPU they took during each run, and runs a rank
+count once more (--retries) when they took over 15%.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ DOC = ROOT / "docs" / "distributed.md"
 PLOT = ROOT / "docs" / "distributed_collectives.png"
 MARK_START = "<!-- bench:collectives:start -->"
 MARK_END = "<!-- bench:collectives:end -->"
+BUSY = 0.15  # a run during which other processes used more of the CPUs than this is run again (--retries)
 SHM_PREFIX = "torch_neuronx"  # shared-memory segments of the neuron backend start with this
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -98,7 +103,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch_neuronx  # noqa: F401  registers the device
     import torch_neuronx.distributed as tnd
 
-    warnings.filterwarnings("ignore", message=".*reduce_scatter_tensor.* is deprecated")
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated")
     warnings.filterwarnings("ignore", message="barrier\\(\\): using the device under current context")
     torch.set_num_threads(1)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -251,7 +256,7 @@ class Background:
         return False
 
 
-def wait_idle(max_wait: float, threshold: float = 0.1) -> float:
+def wait_idle(max_wait: float, threshold: float = 0.05) -> float:
     """Waits (at most max_wait s) until other processes use < threshold of the CPUs over 5 s."""
     deadline = time.monotonic() + max_wait
     while True:
@@ -299,8 +304,8 @@ def launch(n: int, args: argparse.Namespace, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def measure_memcpy(size: int = 256 * MiB, iters: int = 7) -> dict:
-    """Single-threaded tensor.copy_ of `size` bytes between two touched CPU tensors."""
+def memcpy_samples(size: int = 256 * MiB, iters: int = 7) -> list[float]:
+    """Seconds per single-threaded tensor.copy_ of `size` bytes between two touched CPU tensors."""
     import torch
 
     threads = torch.get_num_threads()
@@ -317,8 +322,13 @@ def measure_memcpy(size: int = 256 * MiB, iters: int = 7) -> dict:
             ts.append(time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
-    t = statistics.median(ts)
-    return {"bytes": size, "time_s": t, "gbs": size / t / 1e9}
+    return ts
+
+
+def memcpy_result(samples: list[float], size: int = 256 * MiB) -> dict:
+    t = statistics.median(samples)
+    return {"bytes": size, "time_s": t, "gbs": size / t / 1e9, "min_gbs": size / max(samples) / 1e9,
+            "max_gbs": size / min(samples) / 1e9, "samples": len(samples)}
 
 
 def machine_info() -> dict:
@@ -346,8 +356,15 @@ def machine_info() -> dict:
         commit += " (with local changes)" if dirty else ""
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
+    l3 = ""
+    try:
+        for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+            if (idx / "level").read_text().strip() == "3":
+                l3 = fmt_size(parse_size((idx / "size").read_text().strip()))
+    except OSError:
+        pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "memory": mem,
+        "cpu": cpu, "cores": os.cpu_count(), "l3": l3, "usable_cores": len(os.sched_getaffinity(0)), "memory": mem,
         "kernel": platform.release(), "python": platform.python_version(), "torch": torch.__version__,
         "commit": commit, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
     }
@@ -374,6 +391,9 @@ def targets(table: dict, runs: list[dict], memcpy: dict) -> list[dict]:
         nb, gb = pt["neuron"]["busbw_gbs"], pt["gloo"]["busbw_gbs"]
         out.append({"target": f"{what}: neuron busbw ≥ {TARGET_VS_GLOO:g}× gloo",
                     "measured": f"{nb / gb:.1f}× ({nb:.2f} vs {gb:.2f} GB/s)", "ok": nb / gb >= TARGET_VS_GLOO})
+        need = TARGET_VS_GLOO * gb
+        out[-1]["note"] = (f"{TARGET_VS_GLOO:g}× gloo here is {need:.2f} GB/s busbw, "
+                           f"{need / memcpy['gbs']:.2f}× the single-threaded memcpy ceiling")
         out.append({"target": f"{what}: neuron busbw ≥ {TARGET_VS_MEMCPY:g}× memcpy",
                     "measured": f"{nb / memcpy['gbs']:.2f}× ({nb:.2f} vs {memcpy['gbs']:.2f} GB/s)",
                     "ok": nb / memcpy["gbs"] >= TARGET_VS_MEMCPY})
@@ -404,9 +424,27 @@ def anomalies(table: dict, memcpy: dict) -> list[str]:
             sizes = sorted(k[2] for k in table if k[0] == op and k[1] == n and "neuron" in table[k])
             for a, b in zip(sizes, sizes[1:]):
                 ba, bb = table[(op, n, a)]["neuron"]["busbw_gbs"], table[(op, n, b)]["neuron"]["busbw_gbs"]
-                if b >= 1 * MiB and bb < 0.7 * ba:
+                # Below a few MiB the data stays in cache, so the first drop past it is expected.
+                if a >= 4 * MiB and bb < 0.7 * ba:
                     notes.append(f"{op} on {n} ranks: neuron busbw drops from {ba:.2f} GB/s at {fmt_size(a)} "
                                  f"to {bb:.2f} GB/s at {fmt_size(b)}")
+    # An all_reduce is a reduce_scatter plus an all_gather: either alone should take clearly less
+    # time (by the bytes each rank copies: about 0.56x and 0.67x on 2 ranks).
+    for op in ("all_gather", "reduce_scatter"):
+        for n in sorted({k[1] for k in table if k[0] == op}):
+            slow, total = [], 0
+            for size in sorted(k[2] for k in table if k[0] == op and k[1] == n and k[2] >= MiB):
+                ar, pt = table.get(("all_reduce", n, size), {}).get("neuron"), table[(op, n, size)].get("neuron")
+                if ar and pt:
+                    total += 1
+                    if pt["time_s"] >= 0.8 * ar["time_s"]:
+                        slow.append((size, pt["time_s"] / ar["time_s"]))
+            if slow:
+                fr = [f for _, f in slow]
+                notes.append(f"{op} on {n} ranks takes {min(fr):.2f}–{max(fr):.2f}× the time of an all_reduce of the "
+                             f"same size at {len(slow)} of {total} sizes ≥ 1 MiB "
+                             f"({', '.join(fmt_size(s) for s, _ in slow)}), though an all_reduce is a "
+                             "reduce_scatter plus an all_gather")
     return notes
 
 
@@ -474,17 +512,18 @@ def doc_section(table, runs, memcpy, info, command, plotted, tgt, notes) -> str:
     rank_list = ", ".join(str(r["ranks"]) for r in runs)
     lines = [
         MARK_START,
-        "## Benchmark: collective bandwidth, `neuron` vs gloo",
+        "### Collective bandwidth: `neuron` vs gloo",
         "",
         "<!-- Generated by benchmarks/collectives.py: rerun it rather than editing between the markers. -->",
         "",
         "Reproduce (one run measures both backends at every rank count; it rewrites this section and the plot):",
         "",
         "```bash",
-        command,
+        *([f"make bench-collectives    # = {command}"] if command.endswith("collectives.py") else [command]),
         "```",
         "",
-        f"Measured {info['date']} on {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
+        f"Measured {info['date']} on {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable"
+        + (f", {info['l3']} L3" if info.get("l3") else "") + "), "
         f"{info['memory']} RAM, Linux {info['kernel']}, Python {info['python']}, torch {info['torch']}, "
         f"commit {info['commit']}. Ranks: {rank_list} processes on this one host "
         f"(OMP_NUM_THREADS=1; with more ranks than cores the ranks share them). Other processes used "
@@ -499,9 +538,11 @@ def doc_section(table, runs, memcpy, info, command, plotted, tgt, notes) -> str:
         "2(n−1)/n for all_reduce and × (n−1)/n for all_gather (`all_gather_into_tensor`, size = output), "
         "reduce_scatter (`reduce_scatter_tensor`, size = input) and all_to_all (`all_to_all_single`, size = "
         "input per rank); float32, GB = 10⁹ bytes. The ceiling is this machine's single-threaded memcpy: "
-        f"`tensor.copy_` of {fmt_size(memcpy['bytes'])}, **{memcpy['gbs']:.2f} GB/s** (bytes copied / time).",
+        f"`tensor.copy_` of {fmt_size(memcpy['bytes'])}, **{memcpy['gbs']:.2f} GB/s** (bytes copied / time; "
+        f"median of {memcpy['samples']} copies before and after the runs, which ranged "
+        f"{memcpy['min_gbs']:.2f}–{memcpy['max_gbs']:.2f} GB/s: this machine's noise).",
         "",
-        "### Targets",
+        "#### Targets",
         "",
         "| target | measured | result |",
         "|---|---|---|",
@@ -509,7 +550,8 @@ def doc_section(table, runs, memcpy, info, command, plotted, tgt, notes) -> str:
     for t in tgt:
         res = "—" if t["ok"] is None else ("PASS" if t["ok"] else "**MISS**")
         lines.append(f"| {t['target']} | {t['measured']} | {res} |")
-    lines += ["", "### Small-message latency (4 KiB all_reduce)", "",
+    lines += [f"\nFor scale: {t['note']}." for t in tgt if t.get("note")]
+    lines += ["", "#### Small-message latency (4 KiB all_reduce)", "",
               "| ranks | neuron median | gloo median | neuron p10–p90 | gloo p10–p90 | neuron/gloo |",
               "|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
@@ -519,12 +561,12 @@ def doc_section(table, runs, memcpy, info, command, plotted, tgt, notes) -> str:
             lines.append(f"| {run['ranks']} | {ln['median_s'] * 1e6:.1f} µs | {lg['median_s'] * 1e6:.1f} µs | "
                          f"{ln['p10_s'] * 1e6:.1f}–{ln['p90_s'] * 1e6:.1f} µs | "
                          f"{lg['p10_s'] * 1e6:.1f}–{lg['p90_s'] * 1e6:.1f} µs | {ln['median_s'] / lg['median_s']:.2f} |")
-    lines += ["", "### Anomalies", ""]
+    lines += ["", "#### Anomalies", ""]
     lines += [f"- {n}" for n in notes] if notes else ["None: neuron is at least as fast as gloo at every point."]
     if plotted:
-        lines += ["", "### Bus bandwidth vs message size", "",
+        lines += ["", "#### Bus bandwidth vs message size", "",
                   f"![busbw vs size, neuron vs gloo vs memcpy]({PLOT.name})"]
-    lines += ["", "### All points", "", "Ratios below 1 (neuron slower than gloo) are in bold.", "",
+    lines += ["", "#### All points", "", "Ratios below 1 (neuron slower than gloo) are in bold.", "",
               markdown_table(table), "", MARK_END]
     return "\n".join(lines)
 
@@ -558,6 +600,9 @@ def main() -> int:
     ap.add_argument("--wait-idle", type=float, default=600,
                     help="before each measurement wait up to this many seconds for other processes to leave "
                          "the CPUs idle (0: do not wait)")
+    ap.add_argument("--retries", type=int, default=1,
+                    help=f"run a rank count again (this many times at most) when other processes used more than "
+                         f"{BUSY * 100:.0f}%% of the CPUs during it; the quietest run is kept")
     ap.add_argument("--json", help="also write every measurement here")
     doc = ap.add_mutually_exclusive_group()
     doc.add_argument("--doc", action="store_true", help="write docs/distributed.md and the plot even with --quick")
@@ -579,7 +624,13 @@ def main() -> int:
     ranks = [int(r) for r in args.ranks.split(",")]
     [parse_size(s) for s in args.sizes.split(",")]  # fail early on a bad size
     write = args.doc or not (q or args.no_doc)
-    command = shlex.join([".venv/bin/python", "benchmarks/collectives.py", *sys.argv[1:]])
+    shown, argv = [], iter(sys.argv[1:])  # the reproduce command, without options that do not change results
+    for a in argv:
+        if a in ("--json", "--wait-idle", "--retries"):
+            next(argv, None)
+        elif a.split("=")[0] not in ("--json", "--wait-idle", "--retries", "--doc", "--no-doc"):
+            shown.append(a)
+    command = shlex.join([".venv/bin/python", "benchmarks/collectives.py", *shown])
 
     t0 = time.perf_counter()
     info = machine_info()
@@ -587,24 +638,35 @@ def main() -> int:
     if args.wait_idle > 0:
         wait_idle(args.wait_idle)
     with Background() as bg:
-        memcpy = measure_memcpy()
-    memcpy["background_cpu"] = bg.fraction
-    print(f"memcpy (1 thread, {fmt_size(memcpy['bytes'])} tensor.copy_): {memcpy['gbs']:.2f} GB/s", flush=True)
+        copies = memcpy_samples()
+    memcpy_bg = [bg.fraction]
+    print(f"memcpy (1 thread, 256 MiB tensor.copy_): {memcpy_result(copies)['gbs']:.2f} GB/s", flush=True)
     runs = []
     tmp = Path(tempfile.mkdtemp(prefix="bench_collectives_"))  # kept when a run fails: the workers' logs
     for n in ranks:
-        if args.wait_idle > 0:
-            wait_idle(args.wait_idle)
-        print(f"--- {n} ranks ---", flush=True)
-        (tmp / f"ranks{n}").mkdir()
-        with Background() as bg:
-            run = launch(n, args, tmp / f"ranks{n}" / "result.json")
-        run["background_cpu"] = bg.fraction
-        print(f"other processes used {bg.fraction:.0%} of the CPUs during the {n}-rank run", flush=True)
-        if bg.fraction > 0.1:
+        best = None
+        for attempt in range(1 + max(0, args.retries)):
+            if args.wait_idle > 0:
+                wait_idle(args.wait_idle)
+            print(f"--- {n} ranks" + (f" (again: attempt {attempt + 1})" if attempt else "") + " ---", flush=True)
+            (tmp / f"ranks{n}.{attempt}").mkdir()
+            with Background() as bg:
+                run = launch(n, args, tmp / f"ranks{n}.{attempt}" / "result.json")
+            run["background_cpu"] = bg.fraction
+            print(f"other processes used {bg.fraction:.0%} of the CPUs during the {n}-rank run", flush=True)
+            if best is None or run["background_cpu"] < best["background_cpu"]:
+                best = run
+            if bg.fraction <= BUSY:
+                break
             print("warning: the machine was not idle; these numbers are disturbed", file=sys.stderr)
-        runs.append(run)
+        runs.append(best)
     shutil.rmtree(tmp, ignore_errors=True)
+    with Background() as bg:  # again after the runs: the ceiling is the median of both, its spread the noise
+        copies += memcpy_samples()
+    memcpy = memcpy_result(copies)
+    memcpy["background_cpu"] = max(memcpy_bg + [bg.fraction])
+    print(f"memcpy ceiling: {memcpy['gbs']:.2f} GB/s (median of {memcpy['samples']} copies before and after; "
+          f"{memcpy['min_gbs']:.2f}-{memcpy['max_gbs']:.2f})", flush=True)
     for run in runs:
         st = run["neuron_stats"]
         off_shm = {op: t for op, t in st.items() if set(t) - {"shm"}}
@@ -619,7 +681,8 @@ def main() -> int:
     print(markdown_table(table))
     print()
     for t in tgt:
-        print(f"{'-' if t['ok'] is None else 'PASS' if t['ok'] else 'MISS'}  {t['target']}: {t['measured']}")
+        print(f"{'-' if t['ok'] is None else 'PASS' if t['ok'] else 'MISS'}  {t['target']}: {t['measured']}"
+              + (f" ({t['note']})" if t.get("note") else ""))
     for note in notes:
         print(f"anomaly: {note}")
     if args.json:
