@@ -17,6 +17,7 @@
 
 #include "aten/kernel.h"
 #include "aten/neuron.h"
+#include "runtime/memory.h"
 
 namespace torch_neuronx::dist {
 
@@ -342,6 +343,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   TORCH_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size, "neuron process group: rank ", rank,
                     " is outside a group of size ", size);
   small_bytes_ = env_size("TORCH_NEURONX_SHM_SMALL_KB", 32 * 1024, 1024);
+  zero_copy_bytes_ = env_size("TORCH_NEURONX_SHM_ZERO_COPY_KB", neuron::rt::kShareableMin, 1024);
   size_t half = env_size("TORCH_NEURONX_SHM_BUFFER_MB", 4u << 20, 1u << 20);
   size_t ring = env_size("TORCH_NEURONX_SHM_RING_MB", 1u << 20, 1u << 20);
 
@@ -378,6 +380,8 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   recvs_.resize(nlocal);
 
   if (nlocal > 1) {
+    // Large device allocations from now on can be mapped by the other ranks of this host.
+    neuron::rt::set_shareable_allocations(true);
     // The host's first rank creates the segment and publishes its name; it unlinks the
     // name once every local rank has mapped it, so nothing is left in /dev/shm.
     std::string name_key = key + "shm/" + std::to_string(my_host_);
@@ -518,16 +522,20 @@ void ProcessGroupNeuron::shm_allreduce(const at::Tensor& src, const at::Tensor& 
     reduce_into(view_of(o, numel, dt), ins, red);
     return;
   }
-  // Chunked reduce-scatter + all-gather: rank j reduces slice j of each chunk.
+  bool published = false;
+  if (static_cast<size_t>(numel * es) >= zero_copy_bytes_ && s == o) {
+    if (zero_copy_allreduce(src, red, d, dl)) return;
+    published = true;  // some rank's tensor is not shareable: all take the copying path
+  }
+  // Chunked reduce-scatter + all-gather through the buffers: rank j reduces slice j of each chunk.
   const int64_t chunk = static_cast<int64_t>(shm_->half_bytes()) / es;
-  bool first = true;
-  for (int64_t c0 = 0; first || c0 < numel; c0 += chunk) {
+  for (int64_t c0 = 0, it = 0; it == 0 || c0 < numel; c0 += chunk, ++it) {
     int64_t ce = std::min(chunk, numel - c0);
     auto lo = [&](int j) { return c0 + ce * j / n; };
     int h = next_half();
     for (int j = 0; j < n; ++j)
       if (j != me) std::memcpy(shm_->buffer(me, h) + (lo(j) - c0) * es, s + lo(j) * es, (lo(j + 1) - lo(j)) * es);
-    sync(d, first, dl);
+    sync(d, it == 0 && !published, dl);
     int64_t b = lo(me), m = lo(me + 1) - b;
     std::vector<at::Tensor> ins;
     for (int j = 0; j < n; ++j)
@@ -536,8 +544,52 @@ void ProcessGroupNeuron::shm_allreduce(const at::Tensor& src, const at::Tensor& 
     sync(d, false, dl);
     for (int j = 0; j < n; ++j)
       std::memcpy(o + lo(j) * es, shm_->buffer(j, h) + (lo(j) - c0) * es, (lo(j + 1) - lo(j)) * es);
-    first = false;
   }
+}
+
+bool ProcessGroupNeuron::zero_copy_allreduce(const at::Tensor& t, const Reduction& red, OpDesc& d, Deadline dl) {
+  // Device memory is host memory, and large allocations are shareable: each rank maps the
+  // others' tensors, reduces its slice straight from all of them and writes the result
+  // into all of them. No staging copies; three barriers.
+  const int n = shm_->size(), me = shm_->rank();
+  const at::ScalarType dt = t.scalar_type();
+  const int64_t es = t.element_size(), numel = t.numel();
+  neuron::rt::ShareableHandle h{};
+  bool ok = neuron::rt::shareable_handle(t.data_ptr(), t.nbytes(), &h);
+  const int par = static_cast<int>((op_seq_ + 1) & 1);  // the seq publish() gives this op
+  auto& mine = shm_->slot(me).peer_buffer[par];
+  mine = neuron::dist::PeerBuffer{ok, 0, h.pid, h.fd, h.id, h.size, h.offset};
+  sync(d, true, dl);
+  std::vector<char*> ptrs(n, nullptr);
+  for (int j = 0; j < n; ++j)
+    if (!shm_->slot(j).peer_buffer[par].ok) return false;  // every rank sees the same flags
+  bool mapped = true;
+  for (int j = 0; j < n && mapped; ++j) {
+    const auto& q = shm_->slot(j).peer_buffer[par];
+    char* base = j == me ? nullptr : peer_memory_.map(q.pid, q.fd, q.id, q.size);
+    ptrs[j] = j == me ? static_cast<char*>(t.data_ptr()) : (base ? base + q.offset : nullptr);
+    mapped = ptrs[j] != nullptr;
+  }
+  mine.mapped = mapped;
+  auto what = [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; };
+  shm_->barrier(dl, what);
+  for (int j = 0; j < n; ++j)
+    if (!shm_->slot(j).peer_buffer[par].mapped) return false;
+  // Reduce in cache-sized pieces into a scratch, then write each piece to every rank.
+  const int64_t b = numel * me / n, e = numel * (me + 1) / n;
+  const int64_t piece = std::max<int64_t>(1, (int64_t(512) << 10) / es);
+  at::Tensor scratch = at::empty({std::min(piece, std::max<int64_t>(e - b, 1))}, at::TensorOptions().dtype(dt));
+  std::vector<at::Tensor> ins(n);
+  for (int64_t off = b; off < e; off += piece) {
+    int64_t k = std::min(piece, e - off);
+    for (int j = 0; j < n; ++j) ins[j] = view_of(ptrs[j] + off * es, k, dt);
+    at::Tensor out = scratch.narrow(0, 0, k);
+    reduce_into(out, ins, red);
+    for (int j = 0; j < n; ++j) std::memcpy(ptrs[j] + off * es, out.data_ptr(), k * es);
+  }
+  // No rank may return (and change its tensor) while another still reads or writes it.
+  shm_->barrier(dl, what);
+  return true;
 }
 
 void ProcessGroupNeuron::shm_reduce(const at::Tensor& src, const at::Tensor& dst, int root, const Reduction& red,

@@ -117,6 +117,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   // contiguous CPU views of device memory.
   void shm_allreduce(const at::Tensor& src, const at::Tensor& dst, const Reduction& red,
                      neuron::dist::OpDesc& d, Deadline dl);
+  // False (on every rank alike) when some rank's tensor cannot be mapped.
+  bool zero_copy_allreduce(const at::Tensor& t, const Reduction& red, neuron::dist::OpDesc& d, Deadline dl);
   void shm_reduce(const at::Tensor& src, const at::Tensor& dst, int root, const Reduction& red,
                   neuron::dist::OpDesc& d, Deadline dl);
   void shm_broadcast(const at::Tensor& t, int root, neuron::dist::OpDesc& d, Deadline dl);
@@ -147,6 +149,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   std::unique_ptr<neuron::dist::ShmGroup> shm_;
   c10::intrusive_ptr<c10d::Backend> gloo_, leaders_;
   size_t small_bytes_;
+  size_t zero_copy_bytes_;
+  neuron::dist::PeerMemory peer_memory_;
 
   std::mutex coll_mu_;  // one collective at a time per group
   uint64_t op_seq_ = 0;

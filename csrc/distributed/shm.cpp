@@ -293,4 +293,44 @@ void ShmGroup::wait_doorbell(uint32_t seen, std::chrono::microseconds timeout) {
   s.sleeping.store(0, std::memory_order_release);
 }
 
+// ---- peers' memory --------------------------------------------------------------------
+
+PeerMemory::~PeerMemory() {
+  for (auto& [key, e] : cache_) munmap(e.base, e.size);
+}
+
+char* PeerMemory::map(int pid, int fd, uint64_t id, size_t size) {
+  auto key = std::make_pair(pid, id);
+  auto it = cache_.find(key);
+  if (it != cache_.end() && it->second.size == size) {
+    it->second.last_use = ++tick_;
+    return it->second.base;
+  }
+  if (it != cache_.end()) {
+    munmap(it->second.base, it->second.size);
+    mapped_ -= it->second.size;
+    cache_.erase(it);
+  }
+  // A mapping keeps the peer's memory alive after the peer frees it: bound what we hold.
+  constexpr size_t kMaxEntries = 256, kMaxBytes = size_t(16) << 30;
+  while (!cache_.empty() && (cache_.size() >= kMaxEntries || mapped_ + size > kMaxBytes)) {
+    auto lru = cache_.begin();
+    for (auto i = cache_.begin(); i != cache_.end(); ++i)
+      if (i->second.last_use < lru->second.last_use) lru = i;
+    munmap(lru->second.base, lru->second.size);
+    mapped_ -= lru->second.size;
+    cache_.erase(lru);
+  }
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+  int f = open(path, O_RDWR | O_CLOEXEC);
+  if (f < 0) return nullptr;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  close(f);
+  if (p == MAP_FAILED) return nullptr;
+  cache_[key] = Entry{static_cast<char*>(p), size, ++tick_};
+  mapped_ += size;
+  return static_cast<char*>(p);
+}
+
 }  // namespace neuron::dist

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -41,6 +43,17 @@ struct OpDesc {
   char text[112];  // human-readable: "all_reduce(float32[1024], SUM)"
 };
 
+// Where a rank's tensor lives, for peers to map it (see rt::ShareableHandle).
+struct PeerBuffer {
+  int32_t ok;      // the tensor is in shareable device memory
+  int32_t mapped;  // this rank mapped every peer's buffer
+  int32_t pid;
+  int32_t fd;
+  uint64_t id;
+  uint64_t size;
+  uint64_t offset;
+};
+
 struct alignas(64) RankSlot {
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> doorbell;      // futex word: bumped when p2p data or ring space appears for this rank
@@ -49,6 +62,7 @@ struct alignas(64) RankSlot {
   OpDesc desc[2];                      // by op seq parity
   int64_t a2a_send[2][kMaxLocalRanks]; // all-to-all bytes this rank sends to each peer, by op seq parity
   int64_t a2a_recv[2][kMaxLocalRanks]; // ... and expects from each peer
+  PeerBuffer peer_buffer[2];           // by op seq parity
 };
 
 struct alignas(64) RingCtl {
@@ -131,6 +145,25 @@ class ShmGroup {
   char* rings_;
   bool linked_ = false;
   Clock::time_point next_peer_check_{};
+};
+
+// Peers' device memory mapped into this process, cached (collectives reuse the same
+// buffers: gradient buckets, parameters), least recently used evicted past a bound.
+class PeerMemory {
+ public:
+  ~PeerMemory();
+  // The base of a peer's allocation, or nullptr when it cannot be mapped.
+  char* map(int pid, int fd, uint64_t id, size_t size);
+
+ private:
+  struct Entry {
+    char* base;
+    size_t size;
+    uint64_t last_use;
+  };
+  std::map<std::pair<int, uint64_t>, Entry> cache_;
+  uint64_t tick_ = 0;
+  size_t mapped_ = 0;
 };
 
 // True while the process exists and is not a zombie.

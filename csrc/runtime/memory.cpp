@@ -1,8 +1,15 @@
 #include "runtime/memory.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -35,7 +42,93 @@ DeviceState& state(int device) {
   return st;
 }
 
+// ---- shareable allocations ----------------------------------------------------------
+
+std::atomic<bool> g_shareable{false};
+std::atomic<bool> g_any_shareable{false};  // some allocation is a memfd: frees must look
+
+struct Region {
+  size_t size;
+  int fd;
+  uint64_t id;
+};
+
+struct Shareable {
+  std::mutex mu;
+  std::map<uintptr_t, Region> regions;  // by base address
+  uint64_t next_id = 1;
+  bool raised_fd_limit = false;
+};
+
+Shareable& shareable() {
+  static Shareable* s = new Shareable();  // never destroyed: frees may run during exit
+  return *s;
+}
+
+// A memfd mapping of `bytes`, or nullptr (then the caller uses ordinary memory).
+void* shareable_alloc(size_t bytes) {
+  Shareable& sh = shareable();
+  int fd = memfd_create("neuron-device-memory", MFD_CLOEXEC);
+  if (fd < 0 && errno == EMFILE) {
+    // Each shareable allocation keeps its fd open for peers: allow as many as the hard limit.
+    std::lock_guard<std::mutex> lock(sh.mu);
+    if (!sh.raised_fd_limit) {
+      sh.raised_fd_limit = true;
+      rlimit rl;
+      if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+      }
+    }
+    fd = memfd_create("neuron-device-memory", MFD_CLOEXEC);
+  }
+  if (fd < 0) return nullptr;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(sh.mu);
+  sh.regions[reinterpret_cast<uintptr_t>(p)] = Region{bytes, fd, sh.next_id++};
+  g_any_shareable.store(true, std::memory_order_relaxed);
+  return p;
+}
+
+bool shareable_free(void* p) {
+  if (!g_any_shareable.load(std::memory_order_relaxed)) return false;
+  Shareable& sh = shareable();
+  Region r;
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    auto it = sh.regions.find(reinterpret_cast<uintptr_t>(p));
+    if (it == sh.regions.end()) return false;
+    r = it->second;
+    sh.regions.erase(it);
+  }
+  munmap(p, r.size);
+  close(r.fd);
+  return true;
+}
+
 }  // namespace
+
+void set_shareable_allocations(bool on) { g_shareable.store(on, std::memory_order_relaxed); }
+
+bool shareable_handle(const void* p, size_t bytes, ShareableHandle* out) {
+  Shareable& sh = shareable();
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(sh.mu);
+  auto it = sh.regions.upper_bound(a);
+  if (it == sh.regions.begin()) return false;
+  --it;
+  if (a + bytes > it->first + it->second.size) return false;
+  *out = ShareableHandle{static_cast<int32_t>(getpid()), it->second.fd, it->second.id, it->second.size, a - it->first};
+  return true;
+}
 
 std::string format_bytes(uint64_t b) {
   std::ostringstream o;
@@ -69,7 +162,8 @@ void* device_malloc(int device, size_t bytes) {
     }
     st.info.used += rounded;
   }
-  void* p = std::aligned_alloc(kDeviceAlignment, rounded);
+  void* p = g_shareable.load(std::memory_order_relaxed) && rounded >= kShareableMin ? shareable_alloc(rounded) : nullptr;
+  if (p == nullptr) p = std::aligned_alloc(kDeviceAlignment, rounded);
   std::lock_guard<std::mutex> lock(st.mu);
   if (p == nullptr) {
     st.info.used -= rounded;
@@ -85,7 +179,7 @@ void* device_malloc(int device, size_t bytes) {
 
 void device_free(int device, void* ptr, size_t bytes) noexcept {
   if (ptr == nullptr) return;
-  std::free(ptr);
+  if (!shareable_free(ptr)) std::free(ptr);
   if (device < 0 || device >= device_count()) return;
   DeviceState& st = states()[static_cast<size_t>(device)];
   size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;

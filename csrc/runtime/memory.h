@@ -34,6 +34,22 @@ MemoryInfo memory_info(int device);
 void set_memory_capacity(int device, uint64_t bytes);
 void reset_peak(int device);
 
+// ---- memory other processes can map (the simulator's IPC handles) ----------------
+// Ranks of a process group on one host read and write each other's device memory
+// directly, as NeuronCores on one instance do. Once enabled, allocations of at least
+// kShareableMin bytes are backed by a memfd that a peer maps through /proc/<pid>/fd.
+constexpr size_t kShareableMin = size_t(1) << 20;
+void set_shareable_allocations(bool on);
+struct ShareableHandle {
+  int32_t pid;
+  int32_t fd;
+  uint64_t id;      // unique per allocation in this process (fds are reused)
+  uint64_t size;    // of the whole allocation
+  uint64_t offset;  // of the queried pointer within it
+};
+// The handle of the shareable allocation holding [p, p + bytes), if there is one.
+bool shareable_handle(const void* p, size_t bytes, ShareableHandle* out);
+
 // "32.00 MiB"-style text for byte counts, used in every memory error message.
 std::string format_bytes(uint64_t bytes);
 
