@@ -547,35 +547,48 @@ void ProcessGroupNeuron::shm_allreduce(const at::Tensor& src, const at::Tensor& 
   }
 }
 
-bool ProcessGroupNeuron::zero_copy_allreduce(const at::Tensor& t, const Reduction& red, OpDesc& d, Deadline dl) {
+bool ProcessGroupNeuron::map_peers(const void* p, size_t bytes, bool eligible, OpDesc& d, Deadline dl,
+                                   std::vector<char*>& ptrs) {
   // Device memory is host memory, and large allocations are shareable: each rank maps the
-  // others' tensors, reduces its slice straight from all of them and writes the result
-  // into all of them. No staging copies; three barriers.
+  // others' buffers and works on them directly, with no staging copies. Publishes and
+  // checks the op (first barrier); all ranks return the same answer.
   const int n = shm_->size(), me = shm_->rank();
-  const at::ScalarType dt = t.scalar_type();
-  const int64_t es = t.element_size(), numel = t.numel();
   neuron::rt::ShareableHandle h{};
-  bool ok = neuron::rt::shareable_handle(t.data_ptr(), t.nbytes(), &h);
+  bool ok = eligible && neuron::rt::shareable_handle(p, bytes, &h);
   const int par = static_cast<int>((op_seq_ + 1) & 1);  // the seq publish() gives this op
   auto& mine = shm_->slot(me).peer_buffer[par];
   mine = neuron::dist::PeerBuffer{ok, 0, h.pid, h.fd, h.id, h.size, h.offset};
   sync(d, true, dl);
-  std::vector<char*> ptrs(n, nullptr);
   for (int j = 0; j < n; ++j)
-    if (!shm_->slot(j).peer_buffer[par].ok) return false;  // every rank sees the same flags
+    if (!shm_->slot(j).peer_buffer[par].ok) return false;
+  ptrs.assign(n, nullptr);
   bool mapped = true;
   for (int j = 0; j < n && mapped; ++j) {
     const auto& q = shm_->slot(j).peer_buffer[par];
     char* base = j == me ? nullptr : peer_memory_.map(q.pid, q.fd, q.id, q.size);
-    ptrs[j] = j == me ? static_cast<char*>(t.data_ptr()) : (base ? base + q.offset : nullptr);
+    ptrs[j] = j == me ? static_cast<char*>(const_cast<void*>(p)) : (base ? base + q.offset : nullptr);
     mapped = ptrs[j] != nullptr;
   }
   mine.mapped = mapped;
-  auto what = [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; };
-  shm_->barrier(dl, what);
+  shm_->barrier(dl, [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; });
   for (int j = 0; j < n; ++j)
     if (!shm_->slot(j).peer_buffer[par].mapped) return false;
-  // Reduce in cache-sized pieces into a scratch, then write each piece to every rank.
+  return true;
+}
+
+void ProcessGroupNeuron::peers_done(OpDesc& d, Deadline dl) {
+  // No rank may return (and change its buffer) while another still reads or writes it.
+  shm_->barrier(dl, [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; });
+}
+
+bool ProcessGroupNeuron::zero_copy_allreduce(const at::Tensor& t, const Reduction& red, OpDesc& d, Deadline dl) {
+  const int n = shm_->size(), me = shm_->rank();
+  const at::ScalarType dt = t.scalar_type();
+  const int64_t es = t.element_size(), numel = t.numel();
+  std::vector<char*> ptrs;
+  if (!map_peers(t.data_ptr(), t.nbytes(), true, d, dl, ptrs)) return false;
+  // Rank r reduces slice r from every rank's tensor, in cache-sized pieces into a scratch,
+  // and writes each piece into every rank's tensor.
   const int64_t b = numel * me / n, e = numel * (me + 1) / n;
   const int64_t piece = std::max<int64_t>(1, (int64_t(512) << 10) / es);
   at::Tensor scratch = at::empty({std::min(piece, std::max<int64_t>(e - b, 1))}, at::TensorOptions().dtype(dt));
@@ -587,8 +600,7 @@ bool ProcessGroupNeuron::zero_copy_allreduce(const at::Tensor& t, const Reductio
     reduce_into(out, ins, red);
     for (int j = 0; j < n; ++j) std::memcpy(ptrs[j] + off * es, out.data_ptr(), k * es);
   }
-  // No rank may return (and change its tensor) while another still reads or writes it.
-  shm_->barrier(dl, what);
+  peers_done(d, dl);
   return true;
 }
 
@@ -635,12 +647,23 @@ void ProcessGroupNeuron::shm_gather(const at::Tensor& src, const std::vector<at:
   const int64_t bytes = src.nbytes(), chunk = shm_->half_bytes();
   char* s = static_cast<char*>(src.data_ptr());
   bool receive = root < 0 || root == me;
+  bool published = false;
+  if (static_cast<size_t>(bytes) >= zero_copy_bytes_) {
+    std::vector<char*> ptrs;
+    if (map_peers(s, bytes, true, d, dl, ptrs)) {
+      if (receive)
+        for (int j = 0; j < n; ++j) std::memcpy(outs[j].data_ptr(), ptrs[j], bytes);
+      peers_done(d, dl);
+      return;
+    }
+    published = true;
+  }
   bool first = true;
   for (int64_t c0 = 0; first || c0 < bytes; c0 += chunk) {
     int64_t k = std::min(chunk, bytes - c0);
     int h = next_half();
     std::memcpy(shm_->buffer(me, h), s + c0, k);
-    sync(d, first, dl);
+    sync(d, first && !published, dl);
     if (receive)
       for (int j = 0; j < n; ++j)
         std::memcpy(static_cast<char*>(outs[j].data_ptr()) + c0, j == me ? s + c0 : shm_->buffer(j, h), k);
@@ -674,6 +697,23 @@ void ProcessGroupNeuron::shm_reduce_scatter(const std::vector<at::Tensor>& ins, 
   const int64_t es = dst.element_size(), numel = dst.numel();
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(shm_->half_bytes()) / n / es);
   char* o = static_cast<char*>(dst.data_ptr());
+  bool published = false;
+  if (static_cast<size_t>(numel * es * n) >= zero_copy_bytes_) {
+    // The inputs as one buffer, when they are consecutive parts of one tensor (as in
+    // reduce_scatter_tensor): then each rank reduces its part straight from the peers'.
+    char* base = static_cast<char*>(ins[0].data_ptr());
+    bool one_buffer = true;
+    for (int j = 0; j < n; ++j) one_buffer &= static_cast<char*>(ins[j].data_ptr()) == base + j * numel * es;
+    std::vector<char*> ptrs;
+    if (map_peers(base, numel * es * n, one_buffer, d, dl, ptrs)) {
+      std::vector<at::Tensor> v;
+      for (int j = 0; j < n; ++j) v.push_back(view_of(ptrs[j] + me * numel * es, numel, dt));
+      reduce_into(view_of(o, numel, dt), v, red);
+      peers_done(d, dl);
+      return;
+    }
+    published = true;
+  }
   bool first = true;
   for (int64_t c0 = 0; first || c0 < numel; c0 += chunk) {
     int64_t ce = std::min(chunk, numel - c0);
@@ -681,7 +721,7 @@ void ProcessGroupNeuron::shm_reduce_scatter(const std::vector<at::Tensor>& ins, 
     for (int j = 0; j < n; ++j)
       if (j != me)
         std::memcpy(shm_->buffer(me, h) + j * chunk * es, static_cast<char*>(ins[j].data_ptr()) + c0 * es, ce * es);
-    sync(d, first, dl);
+    sync(d, first && !published, dl);
     std::vector<at::Tensor> v;
     for (int j = 0; j < n; ++j)
       v.push_back(view_of(j == me ? static_cast<char*>(ins[me].data_ptr()) + c0 * es

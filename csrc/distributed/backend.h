@@ -117,6 +117,12 @@ class ProcessGroupNeuron : public c10d::Backend {
   // contiguous CPU views of device memory.
   void shm_allreduce(const at::Tensor& src, const at::Tensor& dst, const Reduction& red,
                      neuron::dist::OpDesc& d, Deadline dl);
+  // Maps every local rank's [p, p + bytes) into this process (ptrs, by local rank) after
+  // publishing and checking the op; false on every rank alike when some rank's buffer is
+  // not shareable (`eligible` false, ordinary memory) or cannot be mapped.
+  bool map_peers(const void* p, size_t bytes, bool eligible, neuron::dist::OpDesc& d, Deadline dl,
+                 std::vector<char*>& ptrs);
+  void peers_done(neuron::dist::OpDesc& d, Deadline dl);  // the closing barrier of a zero-copy op
   // False (on every rank alike) when some rank's tensor cannot be mapped.
   bool zero_copy_allreduce(const at::Tensor& t, const Reduction& red, neuron::dist::OpDesc& d, Deadline dl);
   void shm_reduce(const at::Tensor& src, const at::Tensor& dst, int root, const Reduction& red,
