@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "distributed/shm.h"
+#include "runtime/memory.h"
 
 using neuron::dist::Clock;
 using neuron::dist::CommError;
@@ -170,4 +171,38 @@ TEST(Shm, LayoutMismatchIsRefused) {
   ShmGroup g(name, true, 2, 0, 4096, 4096);
   EXPECT_THROW(ShmGroup(name, false, 2, 1, 8192, 4096), CommError);
   EXPECT_THROW(ShmGroup(name, false, 3, 1, 4096, 4096), CommError);
+}
+
+TEST(Shm, PeersMapShareableDeviceMemory) {
+  neuron::rt::set_shareable_allocations(true);
+  const size_t bytes = 3 << 20;
+  char* p = static_cast<char*>(neuron::rt::device_malloc(0, bytes));
+  neuron::rt::ShareableHandle h{};
+  ASSERT_TRUE(neuron::rt::shareable_handle(p + 4096, 1 << 20, &h));
+  EXPECT_EQ(h.pid, getpid());
+  EXPECT_EQ(h.offset, 4096u);
+  EXPECT_GE(h.size, bytes);
+  EXPECT_FALSE(neuron::rt::shareable_handle(p + bytes - 8, 4096 + h.size, &h));  // runs past the allocation
+  ASSERT_TRUE(neuron::rt::shareable_handle(p, bytes, &h));
+  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<char>(i * 13);
+  pid_t pid = fork();
+  if (pid == 0) {
+    neuron::dist::PeerMemory peers;
+    char* q = peers.map(h.pid, h.fd, h.id, h.size);
+    if (!q) _exit(1);
+    for (size_t i = 0; i < bytes; ++i)
+      if (q[i] != static_cast<char>(i * 13)) _exit(2);
+    q[17] = 42;  // writes land in the owner's memory
+    if (peers.map(h.pid, h.fd, h.id, h.size) != q) _exit(3);  // cached
+    _exit(0);
+  }
+  EXPECT_EQ(wait_rc(pid), 0);
+  EXPECT_EQ(p[17], 42);
+  neuron::rt::device_free(0, p, bytes);
+  EXPECT_FALSE(neuron::rt::shareable_handle(p, 1, &h));
+  // Small allocations stay ordinary memory.
+  void* small = neuron::rt::device_malloc(0, 4096);
+  EXPECT_FALSE(neuron::rt::shareable_handle(small, 1, &h));
+  neuron::rt::device_free(0, small, 4096);
+  neuron::rt::set_shareable_allocations(false);
 }
