@@ -562,6 +562,7 @@ bool ProcessGroupNeuron::map_peers(const void* p, size_t bytes, bool eligible, O
   for (int j = 0; j < n; ++j)
     if (!shm_->slot(j).peer_buffer[par].ok) return false;
   ptrs.assign(n, nullptr);
+  peer_memory_.new_op();
   bool mapped = true;
   for (int j = 0; j < n && mapped; ++j) {
     const auto& q = shm_->slot(j).peer_buffer[par];

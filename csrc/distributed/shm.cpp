@@ -306,17 +306,18 @@ char* PeerMemory::map(int pid, int fd, uint64_t id, size_t size) {
     it->second.last_use = ++tick_;
     return it->second.base;
   }
-  if (it != cache_.end()) {
+  if (it != cache_.end()) {  // same id, other size: cannot happen for one allocation; remap
     munmap(it->second.base, it->second.size);
     mapped_ -= it->second.size;
     cache_.erase(it);
   }
   // A mapping keeps the peer's memory alive after the peer frees it: bound what we hold.
-  constexpr size_t kMaxEntries = 256, kMaxBytes = size_t(16) << 30;
+  constexpr size_t kMaxEntries = 256, kMaxBytes = size_t(4) << 30;
   while (!cache_.empty() && (cache_.size() >= kMaxEntries || mapped_ + size > kMaxBytes)) {
-    auto lru = cache_.begin();
+    auto lru = cache_.end();
     for (auto i = cache_.begin(); i != cache_.end(); ++i)
-      if (i->second.last_use < lru->second.last_use) lru = i;
+      if (i->second.last_use < op_start_ && (lru == cache_.end() || i->second.last_use < lru->second.last_use)) lru = i;
+    if (lru == cache_.end()) break;  // all in use by the current collective: exceed the bound
     munmap(lru->second.base, lru->second.size);
     mapped_ -= lru->second.size;
     cache_.erase(lru);

@@ -152,6 +152,8 @@ class ShmGroup {
 class PeerMemory {
  public:
   ~PeerMemory();
+  // Starts a collective: mappings handed out from here on stay mapped until the next call.
+  void new_op() { op_start_ = tick_ + 1; }
   // The base of a peer's allocation, or nullptr when it cannot be mapped.
   char* map(int pid, int fd, uint64_t id, size_t size);
 
@@ -163,6 +165,7 @@ class PeerMemory {
   };
   std::map<std::pair<int, uint64_t>, Entry> cache_;
   uint64_t tick_ = 0;
+  uint64_t op_start_ = 1;
   size_t mapped_ = 0;
 };
 
