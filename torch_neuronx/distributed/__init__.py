@@ -66,8 +66,9 @@ def _fix_default_backend() -> None:
     # barrier, and by destroy_process_group) wrongly for a plugin backend:
     # - init_process_group() with no backend resolves the accelerator's backend ("neuron")
     #   for its device but still makes gloo the default, which was never created;
-    # - "cpu:gloo,neuron:neuron" compares the plugin's upper-case key with lower-case names
-    #   and leaves the default unset ("No backend of type 0 found" warnings).
+    # - a "device:backend" string compares the plugin's upper-case key with lower-case names
+    #   and leaves the default unset once any plugin is registered ("No backend of type 0
+    #   found" warnings), even for "cpu:gloo,neuron:gloo".
     # Resolve the name up front, as torch does when device_id is given, and set the default
     # to our backend where torch left it unset. Later torch releases are left alone.
     if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14):
@@ -83,8 +84,11 @@ def _fix_default_backend() -> None:
         result = original(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
         spec = str(backend).lower()
         pg = result[0] if isinstance(result, tuple) else result
-        if ":" in spec and "neuron:neuron" in spec and "nccl" not in spec and isinstance(pg, dist.ProcessGroup):
-            pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        if ":" in spec and "nccl" not in spec and isinstance(pg, dist.ProcessGroup):
+            if "neuron:neuron" in spec:
+                pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+            elif "gloo" in spec:  # what torch picks when no plugin is registered
+                pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         return result
 
     _new_process_group_helper._neuron_fixed = True
@@ -115,10 +119,24 @@ def _patch_monitored_barrier() -> None:
     dist.monitored_barrier = monitored_barrier
 
 
+def _destroy_at_exit() -> None:
+    # Programs often exit without destroy_process_group(). Tear the groups down while the
+    # interpreter is whole, not in its finalization, where the backends would be destroyed
+    # next to autograd's device threads shutting down.
+    try:
+        if dist.is_initialized() and "neuron" in str(dist.get_backend()):
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - exiting anyway; a broken group must not mask the exit status
+        pass
+
+
 def register() -> None:
     if not dist.is_available():
         return
     if "NEURON" not in dist.Backend._plugins:
+        import atexit
+
+        atexit.register(_destroy_at_exit)
         dist.Backend.register_backend("neuron", _create_backend, extended_api=True, devices=["neuron"])
     _fix_default_backend()
     _patch_monitored_barrier()

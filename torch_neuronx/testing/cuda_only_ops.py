@@ -33,6 +33,7 @@ NEURON_ERROR = "NotImplementedError naming the op"
 NEURON_KERNELS = frozenset({
     "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "record_stream",
 })  # fmt: skip
 
@@ -51,6 +52,8 @@ _LSTM_CASES = ("nn.LSTM", "nn.LSTMCell", "nn.LSTM(bidirectional, batch_first)", 
                "nn.LSTM(proj_size)")  # fmt: skip
 _GRU_CASES = ("nn.GRU", "nn.GRUCell", "nn.GRU(bidirectional, batch_first)", "nn.GRU(PackedSequence)")
 _SYNC_BN = ("nn.SyncBatchNorm (world size 2)",)
+_SDPA_CASES = ("F.scaled_dot_product_attention", "F.scaled_dot_product_attention(bfloat16)",
+               "torch.nn.attention.bias.causal_lower_right")
 _SYNC_BN_API = "nn.SyncBatchNorm in training with a process group of more than one rank"
 _SYNC_BN_ROUTE = (
     "torch/nn/modules/batchnorm.py: SyncBatchNorm.forward accepts the PrivateUse1 device type and runs "
@@ -104,6 +107,15 @@ REACHABLE: dict[str, Reach] = {
         "torch.nn.attention.varlen.varlen_attn_out",
         "torch/nn/attention/varlen.py: _varlen_attn_out calls it on every device that is not CUDA with cuDNN",
         ("torch.nn.attention.varlen.varlen_attn_out",)),
+    "_scaled_dot_product_efficient_attention": Reach(
+        "F.scaled_dot_product_attention (and modules built on it) where the CPU would pick its flash kernel",
+        "aten/src/ATen/native/transformers/attention.cpp: scaled_dot_product_attention asks the PrivateUse1 "
+        "_fused_sdp_choice stub (csrc/aten/attention.cpp answers efficient_attention) and calls this op",
+        _SDPA_CASES),
+    "_scaled_dot_product_efficient_attention_backward": Reach(
+        "backward of F.scaled_dot_product_attention",
+        "the autograd formula of _scaled_dot_product_efficient_attention (tools/autograd/derivatives.yaml)",
+        _SDPA_CASES, after=("_scaled_dot_product_efficient_attention",)),
     "_scaled_grouped_mm_v2": Reach(
         "torch.nn.functional.scaled_grouped_mm",
         "torch/nn/functional.py: scaled_grouped_mm calls torch._scaled_grouped_mm_v2 on any device",
@@ -124,7 +136,8 @@ NOTES: dict[str, str] = {
     "_conv_depthwise2d": "depthwise nn.Conv2d runs the neuron convolution kernel (CPU's algorithm choice)",
     "conv_depthwise3d": "depthwise nn.Conv3d runs the neuron convolution kernel (CPU's algorithm choice)",
     "_scaled_dot_product_flash_attention": (
-        "F.scaled_dot_product_attention takes CPU's choice on neuron (math or the CPU flash kernel); "
+        "F.scaled_dot_product_attention runs _scaled_dot_product_efficient_attention on neuron where the CPU "
+        "would run its flash kernel, else the CPU's choice; "
         "nn.attention.bias.causal_lower_right uses it only when can_use_flash_attention, which needs CUDA"),
     "_efficient_attention_forward": (
         "nn.attention.bias.causal_lower_right uses it only when can_use_efficient_attention, which needs CUDA"),
