@@ -24,6 +24,37 @@ def shm_entries() -> set[str]:
         return set()
 
 
+def remove_leaked(before: set[str]) -> list[str]:
+    """Unlinks our /dev/shm entries that appeared since ``before`` (so one failure does not
+    cascade) and returns their names; callers fail when there are any."""
+    leaked = sorted(shm_entries() - before)
+    for name in leaked:
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
+    return leaked
+
+
+def run_session(cmd: list[str], env: dict, timeout: float, what: str) -> tuple[int, str]:
+    """Runs a launcher in its own session; kills the session after it exits or times out, so
+    none of its processes outlive the test. Returns (returncode, combined output)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{what} did not finish in {timeout:.0f} s\n{out}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out
+
+
 class DistResult:
     def __init__(self, rc: int, out: str):
         self.rc, self.out = rc, out
@@ -50,27 +81,10 @@ def torchrun(
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
         "--tee=3", *launcher_args, str(DIST_DIR / script), *args,
     ]
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"{script} on {nprocs} ranks did not finish in {timeout:.0f} s\n{out}")
-    finally:
-        try:  # torchrun's workers share its session: nothing may outlive the test
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    res = DistResult(proc.returncode, out)
-    leaked = shm_entries() - before
-    for name in leaked:  # clean up so one failure does not cascade, then fail
-        try:
-            os.unlink(f"/dev/shm/{name}")
-        except OSError:
-            pass
-    assert not leaked, f"{script} left shared memory behind: {sorted(leaked)}\n{out}"
+    rc, out = run_session(cmd, full_env, timeout, f"{script} on {nprocs} ranks")
+    res = DistResult(rc, out)
+    leaked = remove_leaked(before)
+    assert not leaked, f"{script} left shared memory behind: {leaked}\n{out}"
     if expect_ok and res.rc != 0:
         raise AssertionError(f"{script} on {nprocs} ranks exited with {res.rc}\n{out}")
     return res
@@ -114,11 +128,6 @@ def spawn_ranks(script: str, nprocs: int, *args: str, timeout: float = 180, env:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    leaked = shm_entries() - before
-    for name in leaked:
-        try:
-            os.unlink(f"/dev/shm/{name}")
-        except OSError:
-            pass
-    assert not leaked, f"{script} left shared memory behind: {sorted(leaked)}\n{results}"
+    leaked = remove_leaked(before)
+    assert not leaked, f"{script} left shared memory behind: {leaked}\n{results}"
     return results

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 
-import pytest
 
-from _dist import DIST_DIR, shm_entries, torchrun
+from _dist import DIST_DIR, remove_leaked, run_session, shm_entries, torchrun
 
 
 
@@ -47,27 +44,10 @@ def _accelerate_launch(script, launch_args, env, timeout, hf_home) -> str:
            "--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no",
            *launch_args, str(DIST_DIR / script)]
     before = shm_entries()
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"accelerate launch {script} did not finish in {timeout:.0f} s\n{out}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # nothing of the launch may outlive the test
-        except ProcessLookupError:
-            pass
-    leaked = shm_entries() - before
-    for name in leaked:
-        try:
-            os.unlink(f"/dev/shm/{name}")
-        except OSError:
-            pass
-    assert not leaked, f"accelerate launch {script} left shared memory behind: {sorted(leaked)}\n{out}"
-    assert proc.returncode == 0, f"accelerate launch {script} exited with {proc.returncode}\n{out}"
+    rc, out = run_session(cmd, full_env, timeout, f"accelerate launch {script}")
+    leaked = remove_leaked(before)
+    assert not leaked, f"accelerate launch {script} left shared memory behind: {leaked}\n{out}"
+    assert rc == 0, f"accelerate launch {script} exited with {rc}\n{out}"
     return out
 
 

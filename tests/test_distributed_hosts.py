@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from _dist import DIST_DIR, SHM_PREFIX, shm_entries
+from _dist import DIST_DIR, SHM_PREFIX, remove_leaked, shm_entries
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBNET = "10.77.0"
@@ -227,14 +227,9 @@ def two_hosts():
         yield hosts
     finally:
         stray = hosts.down()
-        leaked = shm_entries() - before
-        for name in leaked:
-            try:
-                os.unlink(f"/dev/shm/{name}")
-            except OSError:
-                pass
+        leaked = remove_leaked(before)
     assert not stray, f"processes outlived the run and were killed: {stray}"
-    assert not leaked, f"shared memory left in the machine's /dev/shm: {sorted(leaked)}"
+    assert not leaked, f"shared memory left in the machine's /dev/shm: {leaked}"
 
 
 def _describe(rcs, texts) -> str:

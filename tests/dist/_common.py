@@ -33,8 +33,6 @@ def init(backend: str | None = None) -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group(backend or "gloo")
         return device
-    if "neuron" not in dist.Backend.backend_list:
-        import torch_neuronx.distributed  # noqa: F401  registers the c10d backend "neuron"
     device = torch.device("neuron", LOCAL_RANK % torch.neuron.device_count())
     torch.neuron.set_device(device)
     dist.init_process_group(backend or "neuron")
