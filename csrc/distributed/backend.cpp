@@ -1194,6 +1194,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
   TORCH_CHECK_VALUE(output.is_contiguous(), "all_to_all_single: the output tensor must be contiguous");
   std::vector<at::Tensor> ins = split(in, inputSplitSizes, "input");
   std::vector<at::Tensor> outs = split(output, outputSplitSizes, "output");
+  if (!local_only()) {
+    // Between hosts: gloo's own all-to-all with splits, on CPU views of device memory.
+    need_gloo("all_to_all_single");
+    return run("all_to_all", c10d::OpType::ALLTOALL_BASE, {output}, opts.timeout, [&](Deadline) {
+      at::Tensor o = cpu_alias(output), i = cpu_alias(in);
+      gloo_->alltoall_base(o, i, outputSplitSizes, inputSplitSizes, opts)->wait();
+      count("all_to_all", "gloo");
+    });
+  }
   alltoall(outs, ins, opts);
   return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::ALLTOALL_BASE, std::vector<at::Tensor>{output}, 0,
                                          "all_to_all_single");

@@ -47,6 +47,44 @@ def check_all_reduce(device: torch.device) -> None:
     assert t.cpu().tolist() == [float(WORLD - 1), 0.0, 3.5], t.cpu().tolist()
 
 
+def check_other_collectives(device: torch.device) -> None:
+    """Between hosts every other collective goes over gloo (all_reduce's AVG hierarchically)."""
+    W = WORLD
+    t = rank_input(RANK, 1000, torch.float32).to(device)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    ref = sum(rank_input(r, 1000, torch.float32) for r in range(W)) / W
+    torch.testing.assert_close(t.cpu(), ref)
+    b = rank_input(RANK, 300, torch.int64).to(device)
+    dist.broadcast(b, src=W - 1)
+    assert torch.equal(b.cpu(), rank_input(W - 1, 300, torch.int64))
+    x = rank_input(RANK, 64, torch.float32).to(device)
+    out = torch.empty(W * 64, device=device)
+    dist.all_gather_into_tensor(out, x)
+    assert torch.equal(out.cpu(), torch.cat([rank_input(r, 64, torch.float32) for r in range(W)]))
+    big = rank_input(RANK, W * 40, torch.float32).to(device)
+    part = torch.empty(40, device=device)
+    dist.reduce_scatter_tensor(part, big)
+    assert torch.equal(part.cpu(), sum(rank_input(r, W * 40, torch.float32) for r in range(W)).chunk(W)[RANK])
+    # all_to_all_single with uneven splits: rank i sends i + j + 1 elements to rank j
+    ins = [RANK + j + 1 for j in range(W)]
+    outs = [j + RANK + 1 for j in range(W)]
+    src = torch.arange(sum(ins), dtype=torch.float32) + 100 * RANK
+    dst = torch.empty(sum(outs), device=device)
+    dist.all_to_all_single(dst, src.to(device), output_split_sizes=outs, input_split_sizes=ins)
+    expect = torch.cat([(torch.arange(sum(j + k + 1 for k in range(W)), dtype=torch.float32) + 100 * j)
+                        .split([j + k + 1 for k in range(W)])[RANK] for j in range(W)])
+    assert torch.equal(dst.cpu(), expect), (dst.cpu(), expect)
+    # point to point within a host (0 -> 1) and between hosts (0 -> W - 1)
+    if RANK == 0:
+        dist.send(torch.full((5,), 11.0, device=device), 1)
+        dist.send(torch.full((5,), 22.0, device=device), W - 1)
+    elif RANK in (1, W - 1):
+        r = torch.empty(5, device=device)
+        dist.recv(r, 0)
+        assert r.cpu().tolist() == [11.0 if RANK == 1 else 22.0] * 5, r
+    dist.barrier()
+
+
 def build_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
@@ -113,6 +151,9 @@ def main() -> None:
     print(f"rank {RANK}: all_reduce ok", flush=True)
     if BACKEND != "gloo":
         report_stats()  # right after the all_reduces, before DDP adds more collectives
+    if BACKEND != "gloo":
+        check_other_collectives(device)
+        print(f"rank {RANK}: collectives ok", flush=True)
     check_ddp(device)
     print(f"rank {RANK}: ddp ok", flush=True)
     if BACKEND != "gloo":
