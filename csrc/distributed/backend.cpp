@@ -743,6 +743,15 @@ void ProcessGroupNeuron::shm_alltoall(const std::vector<at::Tensor>& sends, cons
   auto& mine = shm_->slot(me);
   for (int j = 0; j < n; ++j) mine.a2a_send[d.seq & 1][j] = static_cast<int64_t>(sends[j].nbytes());
   for (int j = 0; j < n; ++j) mine.a2a_recv[d.seq & 1][j] = static_cast<int64_t>(recvs[j].nbytes());
+  // Zero-copy when every rank's sends are consecutive parts of one shareable buffer (as
+  // all_to_all_single's are): each rank copies its parts straight out of the peers' inputs.
+  char* base = static_cast<char*>(sends[0].data_ptr());
+  size_t total = 0;
+  bool one_buffer = true;
+  for (int j = 0; j < n; ++j) {
+    one_buffer &= static_cast<char*>(sends[j].data_ptr()) == base + total;
+    total += sends[j].nbytes();
+  }
   int64_t rounds = 1;
   for (int64_t round = 0; round < rounds; ++round) {
     int h = next_half();
@@ -751,7 +760,12 @@ void ProcessGroupNeuron::shm_alltoall(const std::vector<at::Tensor>& sends, cons
       if (off < len) std::memcpy(shm_->buffer(me, h) + j * per, static_cast<char*>(sends[j].data_ptr()) + off,
                                  std::min(per, len - off));
     }
-    sync(d, round == 0, dl);
+    // Round 0's data is posted before the first barrier either way, so trying zero-copy
+    // costs no barrier when it does not apply (the staged rounds then go on from here).
+    std::vector<char*> ptrs;
+    bool zero_copy = false;
+    if (round == 0) zero_copy = map_peers(base, total, one_buffer && total > 0, d, dl, ptrs);
+    else sync(d, false, dl);
     if (round == 0) {
       int64_t longest = 0;
       for (int i = 0; i < n; ++i)
@@ -764,6 +778,15 @@ void ProcessGroupNeuron::shm_alltoall(const std::vector<at::Tensor>& sends, cons
           longest = std::max(longest, sent);
         }
       rounds = std::max<int64_t>(1, (longest + per - 1) / per);
+    }
+    if (zero_copy) {
+      for (int j = 0; j < n; ++j) {
+        int64_t at = 0;  // where rank j's part for this rank starts in its input
+        for (int k = 0; k < me; ++k) at += shm_->slot(j).a2a_send[d.seq & 1][k];
+        std::memcpy(recvs[j].data_ptr(), ptrs[j] + at, recvs[j].nbytes());
+      }
+      peers_done(d, dl);
+      return;
     }
     for (int j = 0; j < n; ++j) {
       int64_t len = recvs[j].nbytes(), off = round * per;
