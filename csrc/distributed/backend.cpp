@@ -111,6 +111,10 @@ void check_single(const std::vector<at::Tensor>& v, const char* op) {
   check_dense_neuron(v[0], op);
 }
 
+void check_root(int64_t root, int size, const char* op) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, op, ": root rank ", root, " is outside the group of size ", size);
+}
+
 std::string shape_str(const at::Tensor& t) {
   std::ostringstream s;
   s << c10::getDtypeNames(t.scalar_type()).first << t.sizes();  // torch's name: float32[4, 8]
@@ -139,6 +143,23 @@ struct Flat {
   }
   char* ptr() const { return static_cast<char*>(flat.data_ptr()); }
   size_t bytes() const { return flat.nbytes(); }
+};
+
+// Flat views of a list of tensors (the outputs of a gather, the inputs of a scatter).
+struct FlatList {
+  std::vector<Flat> all;
+  std::vector<at::Tensor> flats;
+  static FlatList of(const std::vector<at::Tensor>& ts, bool read) {
+    FlatList l;
+    for (const auto& t : ts) {
+      l.all.push_back(Flat::of(t, read));
+      l.flats.push_back(l.all.back().flat);
+    }
+    return l;
+  }
+  void writeback() {
+    for (auto& f : all) f.writeback();
+  }
 };
 
 at::Tensor view_of(void* p, int64_t numel, at::ScalarType dt) {
@@ -200,6 +221,12 @@ Reduction make_reduction(const RO& rop, at::ScalarType dt, int n, const char* op
   return r;
 }
 
+// AVG's final step: floating and complex divide, integers truncate (as NCCL).
+void divide_for_avg(const at::Tensor& t, int n) {
+  if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) t.div_(n);
+  else t.div_(n, "trunc");
+}
+
 // dst = a (op) b, elementwise; dst may alias a.
 void combine(const at::Tensor& dst, const at::Tensor& a, const at::Tensor& b, const Reduction& r, bool is_bool) {
   switch (r.op) {
@@ -244,10 +271,7 @@ void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& ins, cons
   // TensorIterator does not promote float8 with float: widen those inputs explicitly.
   bool fp8 = at::isFloat8Type(dt);
   for (size_t i = 1; i < ins.size(); ++i) combine(acc, acc, fp8 ? ins[i].to(at::kFloat) : ins[i], r, is_bool);
-  if (r.op == RO::AVG) {
-    if (at::isFloatingType(acc.scalar_type()) || at::isComplexType(acc.scalar_type())) acc.div_(r.n);
-    else acc.div_(r.n, "trunc");
-  }
+  if (r.op == RO::AVG) divide_for_avg(acc, r.n);
   if (!acc.is_same(out)) out.copy_(acc);
 }
 
@@ -476,6 +500,11 @@ OpDesc make_desc(const char* name, c10d::OpType type, at::ScalarType dt, int64_t
 }
 }  // namespace
 
+namespace {
+// How waits and errors name an op: "all_reduce(float32[4], SUM) (call #7)".
+std::string what_of(const OpDesc& d) { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; }
+}  // namespace
+
 void ProcessGroupNeuron::publish(OpDesc& d) {
   d.seq = ++op_seq_;
   shm_->slot(shm_->rank()).desc[d.seq & 1] = d;
@@ -499,7 +528,7 @@ void ProcessGroupNeuron::check_descs(const OpDesc& d) {
 
 void ProcessGroupNeuron::sync(OpDesc& d, bool first, Deadline dl) {
   if (first) publish(d);
-  shm_->barrier(dl, [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; });
+  shm_->barrier(dl, [&] { return what_of(d); });
   if (first) check_descs(d);
 }
 
@@ -571,7 +600,7 @@ bool ProcessGroupNeuron::map_peers(const void* p, size_t bytes, bool eligible, O
     mapped = ptrs[j] != nullptr;
   }
   mine.mapped = mapped;
-  shm_->barrier(dl, [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; });
+  shm_->barrier(dl, [&] { return what_of(d); });
   for (int j = 0; j < n; ++j)
     if (!shm_->slot(j).peer_buffer[par].mapped) return false;
   return true;
@@ -579,7 +608,7 @@ bool ProcessGroupNeuron::map_peers(const void* p, size_t bytes, bool eligible, O
 
 void ProcessGroupNeuron::peers_done(OpDesc& d, Deadline dl) {
   // No rank may return (and change its buffer) while another still reads or writes it.
-  shm_->barrier(dl, [&] { return std::string(d.text) + " (call #" + std::to_string(d.seq) + ")"; });
+  shm_->barrier(dl, [&] { return what_of(d); });
 }
 
 bool ProcessGroupNeuron::zero_copy_allreduce(const at::Tensor& t, const Reduction& red, OpDesc& d, Deadline dl) {
@@ -831,10 +860,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
         go.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(dl - Clock::now());
         std::vector<at::Tensor> v{f.flat};
         leaders_->allreduce(v, go)->wait();
-        if (red.op == RO::AVG) {
-          if (at::isFloatingType(f.flat.scalar_type()) || at::isComplexType(f.flat.scalar_type())) f.flat.div_(size_);
-          else f.flat.div_(size_, "trunc");
-        }
+        if (red.op == RO::AVG) divide_for_avg(f.flat, size_);
       }
       count("all_reduce", "gloo");
       if (shm_) {
@@ -861,7 +887,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   check_single(tensors, "reduce");
   at::Tensor t = tensors[0];
   int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK_VALUE(root >= 0 && root < size_, "reduce: root rank ", root, " is outside the group of size ", size_);
+  check_root(root, size_, "reduce");
   Reduction red = make_reduction(opts.reduceOp, t.scalar_type(), size_, "reduce");
   return run("reduce", c10d::OpType::REDUCE, tensors, opts.timeout, [&](Deadline dl) {
     Flat f = Flat::of(t, true);
@@ -889,7 +915,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   check_single(tensors, "broadcast");
   at::Tensor t = tensors[0];
   int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK_VALUE(root >= 0 && root < size_, "broadcast: root rank ", root, " is outside the group of size ", size_);
+  check_root(root, size_, "broadcast");
   return run("broadcast", c10d::OpType::BROADCAST, tensors, opts.timeout, [&](Deadline dl) {
     Flat f = Flat::of(t, rank_ == root);
     OpDesc d = make_desc("broadcast", c10d::OpType::BROADCAST, t.scalar_type(), f.bytes(), root, 0,
@@ -929,12 +955,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
   for (auto& o : outputs[0]) check_same(o, in, "all_gather", "an output tensor");
   return run("all_gather", c10d::OpType::ALLGATHER, outputs[0], opts.timeout, [&](Deadline dl) {
     Flat src = Flat::of(in, true);
-    std::vector<Flat> outs;
-    std::vector<at::Tensor> flats;
-    for (auto& o : outputs[0]) {
-      outs.push_back(Flat::of(o, false));
-      flats.push_back(outs.back().flat);
-    }
+    FlatList outs = FlatList::of(outputs[0], false);
+    std::vector<at::Tensor>& flats = outs.flats;
     OpDesc d = make_desc("all_gather", c10d::OpType::ALLGATHER, in.scalar_type(), src.bytes(), -1, 0, shape_str(in));
     if (size_ == 1) {
       flats[0].copy_(src.flat);
@@ -949,7 +971,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
       gloo_->allgather(o, i, opts)->wait();
       count("all_gather", "gloo");
     }
-    for (auto& o : outs) o.writeback();
+    outs.writeback();
   });
 }
 
@@ -999,7 +1021,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
                                                           const c10d::GatherOptions& opts) {
   check_single(inputs, "gather");
   int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK_VALUE(root >= 0 && root < size_, "gather: root rank ", root, " is outside the group of size ", size_);
+  check_root(root, size_, "gather");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs_user;
   if (rank_ == root) {
@@ -1013,12 +1035,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
   }
   return run("gather", c10d::OpType::GATHER, outs_user, opts.timeout, [&](Deadline dl) {
     Flat src = Flat::of(in, true);
-    std::vector<Flat> outs;
-    std::vector<at::Tensor> flats;
-    for (auto& o : outs_user) {
-      outs.push_back(Flat::of(o, false));
-      flats.push_back(outs.back().flat);
-    }
+    FlatList outs = FlatList::of(outs_user, false);
+    std::vector<at::Tensor>& flats = outs.flats;
     OpDesc d = make_desc("gather", c10d::OpType::GATHER, in.scalar_type(), src.bytes(), root, 0,
                          shape_str(in) + ", root " + std::to_string(root));
     if (size_ == 1) {
@@ -1035,7 +1053,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
       gloo_->gather(o, i, opts)->wait();
       count("gather", "gloo");
     }
-    for (auto& o : outs) o.writeback();
+    outs.writeback();
   });
 }
 
@@ -1044,7 +1062,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
                                                            const c10d::ScatterOptions& opts) {
   check_single(outputs, "scatter");
   int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK_VALUE(root >= 0 && root < size_, "scatter: root rank ", root, " is outside the group of size ", size_);
+  check_root(root, size_, "scatter");
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins_user;
   if (rank_ == root) {
@@ -1058,8 +1076,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
   }
   return run("scatter", c10d::OpType::SCATTER, outputs, opts.timeout, [&](Deadline dl) {
     Flat dst = Flat::of(out, false);
-    std::vector<at::Tensor> flats;
-    for (auto& i : ins_user) flats.push_back(Flat::of(i, true).flat);
+    std::vector<at::Tensor> flats = FlatList::of(ins_user, true).flats;
     OpDesc d = make_desc("scatter", c10d::OpType::SCATTER, out.scalar_type(), dst.bytes(), root, 0,
                          shape_str(out) + ", root " + std::to_string(root));
     if (size_ == 1) {
@@ -1091,8 +1108,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
   Reduction red = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter");
   return run("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, opts.timeout, [&](Deadline dl) {
     Flat dst = Flat::of(out, false);
-    std::vector<at::Tensor> flats;
-    for (auto& i : inputs[0]) flats.push_back(Flat::of(i, true).flat);
+    std::vector<at::Tensor> flats = FlatList::of(inputs[0], true).flats;
     OpDesc d = make_desc("reduce_scatter", c10d::OpType::REDUCE_SCATTER, out.scalar_type(), dst.bytes(), 0, red.op,
                          shape_str(out) + ", " + red_name(red.op));
     if (size_ == 1) {
@@ -1164,13 +1180,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
     TORCH_CHECK_VALUE(t.scalar_type() == dt, "all_to_all: output dtype ", t.scalar_type(), " differs from input dtype ",
                       dt);
   return run("all_to_all", c10d::OpType::ALLTOALL, outputs, opts.timeout, [&](Deadline dl) {
-    std::vector<Flat> outs;
-    std::vector<at::Tensor> sflat, rflat;
-    for (auto& t : inputs) sflat.push_back(Flat::of(t, true).flat);
-    for (auto& t : outputs) {
-      outs.push_back(Flat::of(t, false));
-      rflat.push_back(outs.back().flat);
-    }
+    std::vector<at::Tensor> sflat = FlatList::of(inputs, true).flats;
+    FlatList outs = FlatList::of(outputs, false);
+    std::vector<at::Tensor>& rflat = outs.flats;
     OpDesc d = make_desc("all_to_all", c10d::OpType::ALLTOALL, dt, -1, 0, 0, std::string(c10::getDtypeNames(dt).first));
     if (size_ == 1) {
       rflat[0].copy_(sflat[0]);
@@ -1183,7 +1195,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
       gloo_->alltoall(rflat, sflat, opts)->wait();
       count("all_to_all", "gloo");
     }
-    for (auto& o : outs) o.writeback();
+    outs.writeback();
   });
 }
 
