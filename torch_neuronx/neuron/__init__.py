@@ -234,6 +234,11 @@ def fallback_policy(policy: str):
 
 
 def __getattr__(name: str):
+    if name in ("get_dynamo_metrics", "reset_dynamo_metrics"):
+        # Loaded on first use: they import torch._dynamo.
+        from torch_neuronx.compile import _metrics
+
+        return getattr(_metrics, name)
     if name == "default_generators":
         return tuple(_C._default_generator(i) for i in range(device_count()))
     raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
@@ -257,6 +262,7 @@ __all__ = [
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_executed_ops",
     "get_fallback_ops",
     "get_fallback_policy",
@@ -280,6 +286,7 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "reset_accumulated_memory_stats",
+    "reset_dynamo_metrics",
     "reset_max_memory_allocated",
     "reset_peak_memory_stats",
     "seed",

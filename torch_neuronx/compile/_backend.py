@@ -1,0 +1,137 @@
+"""The ``"neuron"`` backend of ``torch.compile``: Dynamo's graph -> the neuron FX pass stage
+(run by Inductor after AOTAutograd, see ``_passes``) -> Inductor's C++ code generator for the
+device.
+
+    torch.compile(model, backend="neuron", options={"fallback_execution": True})
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MODES: dict[str, dict[str, Any]] = {
+    # What each mode means on neuron (docs/compile.md): there are no CUDA graphs, so the
+    # overhead Inductor's "reduce-overhead" removes is the Python wrapper's; a C++ wrapper
+    # calls the kernels instead.
+    "default": {},
+    "reduce-overhead": {"cpp_wrapper": True},
+    "max-autotune": {"max_autotune": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
+}
+
+# Options of the neuron backend itself; any Inductor option (torch._inductor.list_options())
+# is also accepted and passed through.
+NEURON_OPTIONS: dict[str, str] = {
+    "fallback_execution": "bool: on a compile failure, warn and run the graph eagerly "
+    "(default: TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 turns it on)",
+    "model_name": "str: name used for saved artifacts and in error messages",
+}
+
+
+class NeuronCompileError(RuntimeError):
+    """A graph failed to compile for neuron; the message names the failing node and op."""
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={v!r} is not a boolean; use 1 or 0")
+
+
+def _inductor_options() -> list[str]:
+    import torch._inductor
+
+    return sorted(torch._inductor.list_options())
+
+
+def validate(mode: str | None, options: dict | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(neuron options, Inductor config patches) for ``mode`` / ``options``; raises ValueError."""
+    mode = mode or "default"
+    if mode not in MODES:
+        raise ValueError(
+            f"torch.compile(backend='neuron'): unknown mode {mode!r}; valid modes are "
+            + ", ".join(repr(m) for m in MODES)
+        )
+    options = dict(options or {})
+    neuron = {k: options.pop(k) for k in list(options) if k in NEURON_OPTIONS}
+    valid = _inductor_options()
+    unknown = sorted(k for k in options if k not in valid)
+    if unknown:
+        raise ValueError(
+            f"torch.compile(backend='neuron'): unknown option(s) {', '.join(map(repr, unknown))}. "
+            f"Valid options: the neuron backend's {', '.join(map(repr, NEURON_OPTIONS))}, and any "
+            f"Inductor option (torch._inductor.list_options(), e.g. 'max_autotune', 'epilogue_fusion', "
+            f"'cpp.threads')."
+        )
+    if "fallback_execution" in neuron and not isinstance(neuron["fallback_execution"], bool):
+        raise ValueError("torch.compile(backend='neuron'): option 'fallback_execution' must be a bool")
+    if "model_name" in neuron and not isinstance(neuron["model_name"], str):
+        raise ValueError("torch.compile(backend='neuron'): option 'model_name' must be a str")
+    neuron.setdefault("fallback_execution", not _env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True))
+    return neuron, {**MODES[mode], **options}
+
+
+def _failing_node(gm: torch.fx.GraphModule, exc: BaseException) -> str:
+    """Best effort: 'node <name> (<op>)' for the op Inductor was lowering when it failed."""
+    from torch._inductor.exc import LoweringException
+
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, LoweringException):
+            m = re.search(r"target: (\S+)", str(e))
+            if m:
+                op = m.group(1)
+                for node in gm.graph.nodes:
+                    if node.op == "call_function" and str(node.target) == op:
+                        return f"node '{node.name}' ({op})"
+                return f"op {op}"
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
+    return ""
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
+                   options: dict | None = None) -> Callable:
+    """Dynamo backend: compile ``gm`` with Inductor for the neuron device."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from torch_neuronx.compile import _artifacts
+
+    neuron_opts, patches = validate(mode, options)
+    name = neuron_opts.get("model_name") or gm.__class__.__name__
+    patches = {**_artifacts.save_fx_graph(gm, name), **patches}
+    try:
+        return compile_fx(gm, example_inputs, config_patches=patches)
+    except Exception as e:
+        where = _failing_node(gm, e)
+        msg = (
+            f"neuron backend: compiling graph of {name!r} failed"
+            + (f" at {where}" if where else "")
+            + f": {type(e).__name__}: {e}"
+        )
+        if not neuron_opts["fallback_execution"]:
+            raise NeuronCompileError(
+                msg + "\nSet TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 (or options={'fallback_execution': True}) "
+                "to run such graphs eagerly instead."
+            ) from e
+        warnings.warn(msg + "\nRunning this graph eagerly on neuron instead.", stacklevel=2)
+        return gm.forward
+
+
+def register() -> None:
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "neuron" not in _COMPILER_FNS:
+        register_backend(neuron_backend, name="neuron")

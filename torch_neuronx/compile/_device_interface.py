@@ -1,0 +1,105 @@
+"""Dynamo's view of the ``neuron`` device (``torch._dynamo.device_interface``).
+
+Dynamo and Inductor reach a device's streams, events, properties and memory through this
+interface: it lets Dynamo trace code that calls ``torch.neuron.*`` and lets Inductor size
+its kernels for the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch._dynamo.device_interface import DeviceInterface
+
+
+@dataclasses.dataclass
+class _InductorDeviceProperties:
+    # Inductor's reduction-splitting heuristics read `multi_processor_count`. Generated
+    # kernels run on host threads (device memory is host memory), so that is the thread count.
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    platform: str
+
+
+class NeuronInterface(DeviceInterface):
+    device = torch.neuron.device
+    Event = torch.neuron.Event
+    Stream = torch.neuron.Stream
+
+    class Worker:
+        # Used from compile worker processes, which must not initialize the device.
+        @staticmethod
+        def set_device(device: int) -> None:
+            torch.neuron.set_device(device)
+
+        @staticmethod
+        def current_device() -> int:
+            return torch.neuron.current_device()
+
+        @staticmethod
+        def get_device_properties(device: torch.types.Device = None) -> _InductorDeviceProperties:
+            props = torch.neuron.get_device_properties(device)
+            return _InductorDeviceProperties(
+                name=props.name,
+                total_memory=props.total_memory,
+                multi_processor_count=torch.get_num_threads(),
+                platform=props.platform,
+            )
+
+    current_device = staticmethod(torch.neuron.current_device)
+    set_device = staticmethod(torch.neuron.set_device)
+    device_count = staticmethod(torch.neuron.device_count)
+    is_available = staticmethod(torch.neuron.is_available)
+    stream = staticmethod(torch.neuron.stream)
+    current_stream = staticmethod(torch.neuron.current_stream)
+    set_stream = staticmethod(torch.neuron.set_stream)
+    synchronize = staticmethod(torch.neuron.synchronize)
+    memory_allocated = staticmethod(torch.neuron.memory_allocated)
+
+    @staticmethod
+    def maybe_exchange_device(device: int) -> int:
+        prev = torch.neuron.current_device()
+        if device != prev:
+            torch.neuron.set_device(device)
+        return prev
+
+    exchange_device = maybe_exchange_device
+
+    @staticmethod
+    def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+        torch.neuron.set_stream(
+            torch.neuron.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+        )
+
+    @staticmethod
+    def get_raw_stream(device_idx: int) -> int:
+        return torch.neuron.current_stream(device_idx).stream_id
+
+    @staticmethod
+    def get_compute_capability(device: torch.types.Device = None) -> Any:
+        major, minor = torch.neuron.get_device_capability(device)
+        return major * 10 + minor
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = False) -> bool:
+        return torch.neuron.is_available()
+
+    @staticmethod
+    def is_triton_capable(device: torch.types.Device = None) -> bool:
+        # Kernels for neuron are C++ (the CPU code generator): there is no Triton target.
+        return False
+
+    @staticmethod
+    def raise_if_triton_unavailable(device: torch.types.Device = None) -> None:
+        raise RuntimeError("Triton is not a code generator for the neuron device; Inductor emits C++ kernels for it")
+
+
+def register() -> None:
+    from torch._dynamo.device_interface import register_interface_for_device
+
+    register_interface_for_device("neuron", NeuronInterface)
+    for i in range(torch.neuron.device_count()):
+        register_interface_for_device(f"neuron:{i}", NeuronInterface)

@@ -1,0 +1,146 @@
+"""Inductor code generation for ``neuron``.
+
+Device memory is host memory, so Inductor's C++/OpenMP code generator (``CppScheduling``)
+applies unchanged: its kernels read and write neuron tensors in place, the Python wrapper
+allocates their buffers with ``empty_strided(..., device="neuron")`` (our allocator, so memory
+stats stay exact), and ops Inductor does not fuse run as neuron ATen ops.
+
+Inductor special-cases the CPU by comparing ``device.type == "cpu"`` in a few heuristics that
+decide how C++ code is generated. Where a heuristic exists because the code generator is
+C++, ``neuron`` must take the CPU branch; `_patch_host_device_checks` does that for the ones
+that matter, each narrowly and only for the torch versions checked.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._inductor.codegen.common import (
+    DeviceOpOverrides,
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+
+DEVICE = "neuron"
+
+
+class NeuronDeviceOpOverrides(DeviceOpOverrides):
+    """Python snippets the wrapper code emits for device bookkeeping."""
+
+    def import_get_raw_stream_as(self, name: str) -> str:
+        return f"def {name}(idx):\n    return torch.neuron.current_stream(idx).stream_id\n"
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.neuron.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.neuron.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.neuron.device({device_idx})"
+
+    def cpp_kernel_type(self) -> str:
+        return "void*"
+
+
+def _wrapper_classes():
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+
+    class _NeuronKernelCalls:
+        # C++ kernels on neuron are called as on the CPU: no stream argument, since they run
+        # synchronously on the calling thread, which is what the current stream means here.
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
+            from torch._inductor.virtualized import V
+
+            device = device or V.graph.get_current_device_or_throw()
+            if not triton and device.type == DEVICE:
+                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                return
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+    class NeuronSubgraphWrapperCodegen(_NeuronKernelCalls, SubgraphPythonWrapperCodegen):
+        pass
+
+    class NeuronPythonWrapperCodegen(_NeuronKernelCalls, PythonWrapperCodegen):
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            if is_subgraph:
+                return NeuronSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return NeuronPythonWrapperCodegen()
+
+    return NeuronPythonWrapperCodegen, CppWrapperCpu
+
+
+def _is_host_codegen(device_type: str | None) -> bool:
+    return device_type in ("cpu", DEVICE)
+
+
+def _patch_host_device_checks() -> None:
+    # Checked against torch 2.13: each patched function compares device.type with "cpu" to
+    # pick the C++ code generator's path; neuron generates the same C++ code.
+    import torch._inductor.choices as choices
+    import torch._inductor.scheduler as scheduler
+    import torch._inductor.utils as utils
+    from torch._inductor import config
+
+    orig_backend = utils.get_current_backend
+    if getattr(orig_backend, "_neuron_patched", False):
+        return
+
+    @functools.wraps(orig_backend)
+    def get_current_backend(device_type: str | None = None) -> str:
+        if device_type is None:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type == DEVICE:
+            return "cpp"
+        return orig_backend(device_type)
+
+    get_current_backend._neuron_patched = True
+    # Modules import it by name; replace every binding of the original.
+    import sys
+
+    for mod in list(sys.modules.values()):
+        name = getattr(mod, "__name__", "")
+        if name.startswith("torch._inductor") and getattr(mod, "get_current_backend", None) is orig_backend:
+            mod.get_current_backend = get_current_backend
+
+    def is_cpu(self) -> bool:
+        # Loop reordering/inversion is not validated for the C++ code generator.
+        device = self.get_device()
+        return device is not None and _is_host_codegen(device.type)
+
+    scheduler.BaseSchedulerNode.is_cpu = is_cpu
+
+    orig_heuristics = choices.InductorChoices.get_config_heuristics
+
+    def get_config_heuristics(self, device_type: str | None = "cuda"):
+        return orig_heuristics(self, "cpu" if device_type == DEVICE else device_type)
+
+    choices.InductorChoices.get_config_heuristics = get_config_heuristics
+    del config
+
+
+def register() -> None:
+    """Register the code generators for ``neuron`` (called once ``torch._inductor`` loads)."""
+    from torch._inductor.codegen.common import get_scheduling_for_device
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
+
+    from torch_neuronx.compile import _passes
+
+    python_wrapper, cpp_wrapper = _wrapper_classes()
+    if get_scheduling_for_device(DEVICE) is None:
+        register_backend_for_device(
+            DEVICE,
+            CppScheduling,
+            python_wrapper,
+            cpp_wrapper,
+            WrapperFxCodegen,
+            device_custom_pass=_passes.NeuronPostGradPasses(),
+        )
+    register_device_op_overrides(DEVICE, NeuronDeviceOpOverrides())
+    _patch_host_device_checks()
