@@ -45,7 +45,6 @@ class NeuronDeviceOpOverrides(DeviceOpOverrides):
 
 
 def _wrapper_classes():
-    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
     class _NeuronKernelCalls:
@@ -70,7 +69,7 @@ def _wrapper_classes():
                 return NeuronSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return NeuronPythonWrapperCodegen()
 
-    return NeuronPythonWrapperCodegen, CppWrapperCpu
+    return NeuronPythonWrapperCodegen
 
 
 def _is_host_codegen(device_type: str | None) -> bool:
@@ -132,13 +131,15 @@ def register() -> None:
 
     from torch_neuronx.compile import _passes
 
-    python_wrapper, cpp_wrapper = _wrapper_classes()
+    python_wrapper = _wrapper_classes()
     if get_scheduling_for_device(DEVICE) is None:
         register_backend_for_device(
             DEVICE,
             CppScheduling,
             python_wrapper,
-            cpp_wrapper,
+            # No C++ wrapper: its extern calls go through per-device C shims neuron lacks;
+            # the neuron backend rejects cpp_wrapper=True with a clear error.
+            None,
             WrapperFxCodegen,
             device_custom_pass=_passes.NeuronPostGradPasses(),
         )
