@@ -18,9 +18,13 @@ from collections.abc import Callable
 _HOOKS: dict[str, str] = {
     "torch._dynamo.device_interface": "torch_neuronx.compile._device_interface:register",
     "torch._dynamo.utils": "torch_neuronx.compile._metrics:install",
+    "torch._dynamo": "torch_neuronx.compile._device_interface:_register_constant_queries",
     # Also an entry point (torch_dynamo_backends); registering here covers source checkouts.
     "torch._dynamo.backends.registry": "torch_neuronx.compile._backend:register",
     "torch._inductor.compile_fx": "torch_neuronx.compile._inductor:register",
+    # FlexAttention: the device check of the public API, and the Inductor lowering.
+    "torch.nn.attention.flex_attention": "torch_neuronx.compile._flex_attention:patch_api",
+    "torch._inductor.kernel.flex.flex_attention": "torch_neuronx.compile._flex_attention:register_inductor",
 }
 _lock = threading.Lock()
 _done: set[str] = set()

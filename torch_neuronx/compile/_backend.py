@@ -87,22 +87,34 @@ def validate(mode: str | None, options: dict | None) -> tuple[dict[str, Any], di
     return neuron, {**MODES[mode], **options}
 
 
-def _failing_node(gm: torch.fx.GraphModule, exc: BaseException) -> str:
-    """Best effort: 'node <name> (<op>)' for the op Inductor was lowering when it failed."""
-    from torch._inductor.exc import LoweringException
+def _failing_node(exc: BaseException) -> str:
+    """"node 'x' (aten.op), from <user line>" for the node Inductor was lowering when it failed.
 
-    seen = set()
+    Inductor's interpreter holds the failing ATen node in ``run_node``'s frame; its
+    ``source_fn_stack`` names the node of the user's (Dynamo) graph it came from.
+    """
+    seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, LoweringException):
-            m = re.search(r"target: (\S+)", str(e))
-            if m:
-                op = m.group(1)
-                for node in gm.graph.nodes:
-                    if node.op == "call_function" and str(node.target) == op:
-                        return f"node '{node.name}' ({op})"
-                return f"op {op}"
+        tb = e.__traceback__
+        node = None
+        while tb is not None:
+            f = tb.tb_frame
+            if f.f_code.co_name == "run_node" and isinstance(f.f_locals.get("n"), torch.fx.Node):
+                node = f.f_locals["n"]
+            tb = tb.tb_next
+        if node is not None and node.op == "call_function":
+            src = node.meta.get("source_fn_stack") or []
+            name = src[-1][0] if src else node.name
+            where = f"node '{name}' ({node.target})"
+            trace = [
+                ln for ln in (node.meta.get("stack_trace") or "").strip().splitlines()
+                if ln.strip() and set(ln.strip()) - set("^~")
+            ]
+            if len(trace) >= 2:
+                where += f", from {trace[-2].strip()}: {trace[-1].strip()}"
+            return where
         e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
     return ""
 
@@ -120,7 +132,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | N
     try:
         return compile_fx(gm, example_inputs, config_patches=patches)
     except Exception as e:
-        where = _failing_node(gm, e)
+        where = _failing_node(e)
         msg = (
             f"neuron backend: compiling graph of {name!r} failed"
             + (f" at {where}" if where else "")

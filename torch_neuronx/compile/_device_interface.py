@@ -97,6 +97,26 @@ class NeuronInterface(DeviceInterface):
         raise RuntimeError("Triton is not a code generator for the neuron device; Inductor emits C++ kernels for it")
 
 
+# torch.neuron queries Dynamo folds to constants while tracing, as it does torch.cuda's;
+# the value of the guarded ones is re-checked before compiled code runs.
+_CONSTANT = ("is_available", "device_count", "get_device_capability", "is_bf16_supported")
+_CONSTANT_GUARDED = ("current_device",)
+
+
+def _register_constant_queries() -> None:
+    import importlib
+
+    trace_rules = importlib.import_module("torch._dynamo.trace_rules")
+    vt = importlib.import_module("torch._dynamo.variables.torch")
+    for name in _CONSTANT + _CONSTANT_GUARDED:
+        trace_rules.manual_torch_name_rule_map[f"torch.neuron.{name}"] = vt.TorchInGraphFunctionVariable
+        fn = getattr(torch.neuron, name)
+        vt.constant_fold_functions[fn] = None
+        if name in _CONSTANT_GUARDED:
+            vt.constant_fold_functions_need_guards[fn] = None
+    trace_rules.get_torch_obj_rule_map.cache_clear()
+
+
 def register() -> None:
     from torch._dynamo.device_interface import register_interface_for_device
 

@@ -59,6 +59,9 @@ def _wrap(s: torch.Stream) -> Stream:
 
 
 def current_stream(device: Any = None) -> Stream:
+    if torch.compiler.is_compiling():
+        # Dynamo models streams itself (see torch.neuron.is_available).
+        return torch.accelerator.current_stream() if device is None else torch.accelerator.current_stream(device)
     idx = _get_device_index(device, optional=True)
     _C._check_device(idx)
     return _wrap(torch.accelerator.current_stream(idx))
