@@ -48,6 +48,22 @@ class DeviceDependent(torch.nn.Module):
         return {"scores": self.proj(x)}
 
 
+class WithGraphBreak(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        print("", end="")  # Dynamo cannot put print in a graph: one graph break
+        return self.b(h)
+
+
+def with_graph_break():
+    torch.manual_seed(0)
+    return WithGraphBreak(), torch.randn(3, 8)
+
+
 def cumulative():
     torch.manual_seed(0)
     return Cumulative(), torch.randn(3, 8)
@@ -212,3 +228,23 @@ def test_cli_help_documents_targets_and_exit_codes(run_python):
     out = run_python("", env=ENV, args=CHECK + ["--help"])
     for text in ("config.json", "module:function", "--fallback-policy", "--json", "exit status", "examples:"):
         assert text in out, out
+
+
+def test_check_compile_reports_graph_breaks_and_compile_time(run_python, entry_points):
+    out = run_python("", env=ENV, args=CHECK + [f"{entry_points}:with_graph_break", "--compile", "--no-progress",
+                                               "--steps", "2"])
+    assert "PASS" in out, out
+    line = next(ln for ln in out.splitlines() if ln.startswith("torch.compile(backend='neuron')"))
+    # One break in the module's code, hit by the inference and the training graphs.
+    assert "0 graph break(s)" not in line and "compile time" in line, line
+    assert "graph break x" in out, out
+
+
+def test_check_model_compile_api():
+    model, x = _models["with_graph_break"]()
+    report = check_model(model, x, steps=2, compile=True, progress=False)
+    assert report.passed, str(report)
+    c = report.compile
+    assert c["backend"] == "neuron" and c["graph_breaks"] >= 1 and c["compiles"] >= 2 and c["compile_time_s"] > 0
+    assert report.to_dict()["compile"]["graph_breaks"] == c["graph_breaks"]
+    assert check_model(model, x, steps=1, train=False, progress=False).compile == {}

@@ -54,6 +54,10 @@ ADVICE = {
         "the CPU on its inputs): look for code that branches on the device or picks a dtype by device"
     ),
     "error": "fails on neuron but runs on the CPU: a device bug; report it with the repro info below",
+    "compile": (
+        "fails to compile for neuron (eager neuron is not affected): run without --compile, or let failing "
+        "graphs run eagerly with TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0; report it with the repro info below"
+    ),
     "cpu_error": (
         "fails on the CPU too: the model or its inputs are wrong, not the device; "
         "fix them so the model runs on the CPU first"
@@ -105,6 +109,8 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
     repro: dict[str, str] = field(default_factory=dict)
     divergence: str = ""  # for a mismatch: the first aten op that computes differently, if any
+    # With compile: backend, compiles, recompiles, graph breaks (count, reasons), compile time.
+    compile: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -140,6 +146,15 @@ class CheckReport:
         ops = ", ".join(op + (f" x{n}" if n else "") + (" (blocked)" if op in blocked else "")
                         for op, n in sorted(listed.items())) or "none"
         lines += ["", f"generic-fallback ops on neuron: {ops}"]
+        if self.compile:
+            c = self.compile
+            lines.append(
+                f"torch.compile(backend={c['backend']!r}) on neuron: {c['compiles']} graph(s) compiled, "
+                f"{c['recompiles']} recompile(s), {c['graph_breaks']} graph break(s), "
+                f"compile time {_fmt_time(c['compile_time_s'])}"
+            )
+            for reason, n in c["graph_break_reasons"].items():
+                lines.append(f"  graph break x{n}: {reason.splitlines()[0] if reason else reason}")
         lines.append("")
         if self.passed:
             lines.append("PASS: the model runs on neuron and matches the CPU")
@@ -172,6 +187,7 @@ def check_model(
     device: str | torch.device = "neuron",
     progress: bool = True,
     name: str | None = None,
+    compile: bool | str = False,
 ) -> CheckReport:
     """Run ``model`` on ``device`` and on the CPU (the reference) and compare.
 
@@ -182,6 +198,10 @@ def check_model(
     ``params -> Optimizer``). The device runs under ``fallback_policy``. Exceptions raised by
     the model are caught and reported, never raised. Resets the op tracking
     (``torch.neuron.clear_op_tracking``) and the device's peak memory statistics.
+
+    ``compile=True`` (or a backend name; True means ``"neuron"``) runs the device copy under
+    ``torch.compile`` and reports its graph breaks, recompiles and compile time
+    (``torch.neuron.get_dynamo_metrics``, which this resets).
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, not {steps}")
@@ -213,6 +233,13 @@ def check_model(
         raise ValueError(f"check_model needs two copies of the model with the same weights, "
                          f"but copy.deepcopy failed: {type(e).__name__}: {e}") from e
     cpu_args, cpu_kwargs = to_cpu(args), to_cpu(kwargs)
+    backend = ("neuron" if compile is True else compile) or None
+    if backend:
+        from torch import _dynamo
+
+        _dynamo.reset()
+        torch.neuron.reset_dynamo_metrics()
+        dev_model.compile(backend=backend)  # in place: parameter names stay comparable
 
     dev_args, dev_kwargs = (), {}
     torch.neuron.clear_op_tracking()
@@ -250,6 +277,12 @@ def check_model(
         report.notes.append("the generic-fallback ops below work, but have no native kernel; "
                             "--fallback-policy error (fallback_policy='error') fails on them")
     report.problems = list(problems.values())
+    if backend:
+        m = torch.neuron.get_dynamo_metrics()
+        report.compile = dict(backend=backend, compiles=m.compiles, recompiles=m.recompiles,
+                              recompile_reasons=m.recompile_reasons, graph_breaks=m.graph_breaks,
+                              graph_break_reasons=m.graph_break_reasons, compile_time_s=m.compile_time_s)
+        _dynamo.reset()
     del dev_model, dev_args, dev_kwargs
     torch.neuron.empty_cache()
     return report
@@ -460,6 +493,8 @@ def _classify(e: BaseException, policy: str) -> tuple[str, str]:
         return "fallback", f"{op.group(0)} is blocked by the fallback policy '{policy}'"
     if isinstance(e, torch.OutOfMemoryError):
         return "oom", f"OutOfMemoryError: {line}"
+    if type(e).__name__ in ("BackendCompilerFailed", "InductorError", "NeuronCompileError"):
+        return "compile", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     return "error", f"{type(e).__name__}: {line}" + (f" (op {op.group(0)})" if op and op.group(0) not in line else "")
 
 
@@ -605,6 +640,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, metavar="S", help="sequence length of the generated inputs (default: 16)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--compile", nargs="?", const="neuron", metavar="BACKEND",
+                   help="run the neuron copy under torch.compile (default backend: neuron) and report graph "
+                        "breaks, recompiles and compile time")
     return p
 
 
@@ -759,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch_neuronx.check: error: {a.target}: {e}", file=sys.stderr)
         return 2
     report = check_model(model, inputs, train=not a.no_train, steps=a.steps, fallback_policy=a.fallback_policy,
-                         progress=not a.no_progress, name=label)
+                         progress=not a.no_progress, name=label, compile=a.compile or False)
     report.notes[:0] = notes
     report.repro["command"] = "python -m torch_neuronx.check " + shlex.join(argv)
     print(report)
