@@ -419,8 +419,9 @@ def test_trainer_with_torch_compile(tmp_path):
     _, model = llama_pair()
     ids = torch.randint(1, 64, (8, 16))
     data = [{"input_ids": r, "labels": r} for r in ids]
+    # Batches of 2 x 16 tokens, as in test_tiny_llama_training_step: its compiled graphs are reused.
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, learning_rate=5e-3,
+        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=4, learning_rate=5e-3,
         torch_compile=True, torch_compile_backend="neuron", logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=False, dataloader_pin_memory=False,
     )

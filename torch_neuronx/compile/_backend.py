@@ -129,8 +129,12 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | N
     neuron_opts, patches = validate(mode, options)
     name = neuron_opts.get("model_name") or gm.__class__.__name__
     patches = {**_artifacts.save_fx_graph(gm, name), **patches}
+    from torch._dynamo.exc import RestartAnalysis, SkipFrame
+
     try:
         return compile_fx(gm, example_inputs, config_patches=patches)
+    except (RestartAnalysis, SkipFrame):
+        raise  # Dynamo's own control flow (e.g. retrace with a scalar as a tensor), not failures
     except Exception as e:
         where = _failing_node(e)
         msg = (

@@ -50,6 +50,16 @@ def _wrapper_classes():
     class _NeuronKernelCalls:
         # C++ kernels on neuron are called as on the CPU: no stream argument, since they run
         # synchronously on the calling thread, which is what the current stream means here.
+        # There is no device guard around them either (Inductor guards GPUs only), so buffers
+        # name their device index explicitly: a graph for neuron:1 allocates on neuron:1
+        # whatever the current device.
+        def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+            line = super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+            if device.type == DEVICE:
+                idx = 0 if device.index is None else device.index
+                line = line.replace(f"device='{DEVICE}'", f"device=torch.device('{DEVICE}', {idx})", 1)
+            return line
+
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
             from torch._inductor.virtualized import V
 

@@ -47,6 +47,11 @@ class NeuronPostGradPasses(CustomGraphModulePass):
 
     def uuid(self) -> bytes:
         h = hashlib.sha256(platform_key().encode())
+        # The code generator's neuron specifics live in _inductor.py: a change there must not
+        # reuse code generated before it.
+        from torch_neuronx.compile import _inductor
+
+        h.update(inspect.getsource(_inductor).encode())
         for name, fn in PASSES:
             h.update(name.encode())
             try:
