@@ -215,6 +215,25 @@ def test_compile_failure_falls_back_to_eager_when_allowed(broken_sin_lowering, m
     torch.testing.assert_close(y, _sin_graph(x))
 
 
+def test_backward_compile_failure_is_handled_at_compile_time(monkeypatch):
+    # The backward of sin uses cos: break cos's lowering, so only the backward graph fails.
+    from torch._inductor import lowering
+
+    def broken(*args, **kwargs):
+        raise NotImplementedError("simulated lowering failure")
+
+    monkeypatch.setitem(lowering.lowerings, torch.ops.aten.cos.default, broken)
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    x = torch.randn(8, device=NEURON, requires_grad=True)
+    with pytest.raises(Exception, match=r"aten.cos.default.*simulated lowering failure"):
+        torch.compile(lambda t: t.sin().sum(), backend="neuron")(x)  # raised by the forward call
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="eagerly"):
+        y = torch.compile(lambda t: t.sin().sum(), backend="neuron", options={"fallback_execution": True})(x)
+    y.backward()
+    torch.testing.assert_close(x.grad, x.detach().cos())
+
+
 def test_bad_fallback_env_value(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "maybe")
     with pytest.raises(Exception, match="TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION='maybe' is not a boolean"):

@@ -131,8 +131,13 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | N
     patches = {**_artifacts.save_fx_graph(gm, name), **patches}
     from torch._dynamo.exc import RestartAnalysis, SkipFrame
 
+    import torch._functorch.config as functorch_config
+
     try:
-        return compile_fx(gm, example_inputs, config_patches=patches)
+        # The backward graph is compiled here too, not at the first backward(): a failure in
+        # it is then reported (or falls back) like any other.
+        with functorch_config.patch(force_non_lazy_backward_lowering=True):
+            return compile_fx(gm, example_inputs, config_patches=patches)
     except (RestartAnalysis, SkipFrame):
         raise  # Dynamo's own control flow (e.g. retrace with a scalar as a tensor), not failures
     except Exception as e:
