@@ -22,8 +22,9 @@ _HOOKS: dict[str, str] = {
     # Also an entry point (torch_dynamo_backends); registering here covers source checkouts.
     "torch._dynamo.backends.registry": "torch_neuronx.compile._backend:register",
     "torch._inductor.compile_fx": "torch_neuronx.compile._inductor:register",
-    # FlexAttention: the device check of the public API, and the Inductor lowering.
+    # FlexAttention: the public API's device check, the HOPs' autocast rule, the Inductor lowering.
     "torch.nn.attention.flex_attention": "torch_neuronx.compile._flex_attention:patch_api",
+    "torch._higher_order_ops.flex_attention": "torch_neuronx.compile._flex_attention:register_autocast",
     "torch._inductor.kernel.flex.flex_attention": "torch_neuronx.compile._flex_attention:register_inductor",
 }
 _lock = threading.Lock()
