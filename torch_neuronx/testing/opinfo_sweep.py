@@ -182,6 +182,7 @@ class _Result:
         self.counts: dict[str, Counter] = {}
         self.failures: list[dict] = []
         self.checks: Counter = Counter()  # per check kind: run / passed
+        self.reasons: Counter = Counter()  # why samples did not pass, by class (sweeps that classify)
 
     def record(self, dtype: torch.dtype, outcome: str) -> None:
         self.counts.setdefault(dtype_name(dtype), Counter())[outcome] += 1
@@ -200,7 +201,8 @@ class _Result:
 
     def as_dict(self, seconds: float) -> dict:
         return {"op": self.key, "counts": {k: dict(v) for k, v in self.counts.items()},
-                "checks": dict(self.checks), "failures": self.failures, "seconds": round(seconds, 2)}  # fmt: skip
+                "checks": dict(self.checks), "failures": self.failures, "reasons": dict(self.reasons),
+                "seconds": round(seconds, 2)}  # fmt: skip
 
 
 def _check_sample(op, sample, dtype, with_grad: bool, res: _Result, index: int) -> str:
@@ -365,9 +367,12 @@ def _check_variant(kind: str, op, sample, dtype, res, index, expected: Any = Non
         return True
 
 
-def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> dict:
+def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES, check=None) -> dict:
     """Runs every sample of the OpInfo ``key`` in each supported dtype; returns counts
-    per dtype (pass / fail / cpu-error / unsupported), checks run, and the first failures."""
+    per dtype (pass / fail / cpu-error / unsupported), checks run, and the first failures.
+    ``check(op, sample, dtype, with_grad, result, index) -> outcome`` judges one sample made
+    on ``neuron`` (default: against CPU; the fake-tensor sweep passes its own)."""
+    check = check or _check_sample
     warnings.simplefilter("ignore")
     start = time.perf_counter()
     op = _find_op(key)
@@ -397,7 +402,7 @@ def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> dict:
             continue
         for i, sample in enumerate(samples):
             try:
-                outcome = _check_sample(op, sample, dtype, with_grad, res, i)
+                outcome = check(op, sample, dtype, with_grad, res, i)
             except Exception as e:  # noqa: BLE001 - a bug in the sweep must show, not pass
                 res.fail(dtype, i, "sweep", f"{_short(e)}", sample)
                 outcome = "fail"
@@ -501,13 +506,15 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
 
 
 def run_sweep(keys: list[str], workers: int, timeout: float, progress: bool = True,
-              dtypes: tuple[torch.dtype, ...] = DTYPES) -> list[dict]:
+              dtypes: tuple[torch.dtype, ...] = DTYPES, item_fn=None, desc: str = "OpInfo sweep") -> list[dict]:
+    """Runs ``item_fn((key, dtype names))`` (module-level; default: this sweep's check_op)
+    for every key in isolated workers; returns the per-op results in the order of ``keys``."""
     from tqdm import tqdm
 
     results = []
     names = tuple(dtype_name(d) for d in dtypes)
-    bar = tqdm(total=len(keys), desc="OpInfo sweep", unit="op", disable=not progress, file=sys.stderr)
-    for o in run_isolated(_check_op_item, [(k, names) for k in keys], workers=workers, timeout=timeout,
+    bar = tqdm(total=len(keys), desc=desc, unit="op", disable=not progress, file=sys.stderr)
+    for o in run_isolated(item_fn or _check_op_item, [(k, names) for k in keys], workers=workers, timeout=timeout,
                           initializer=_index_ops):
         if o.kind == "ok":
             r = dict(o.value, status="ok")
