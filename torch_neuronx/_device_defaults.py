@@ -3,6 +3,9 @@
 Some PyTorch functions pick an algorithm from a table indexed by ``device.type`` and
 fall back to a guess for devices they do not know. Where the guess is wrong for a
 NeuronCore, the right entry is registered here, once, at device registration.
+
+That includes fake tensors (what Dynamo and AOTAutograd trace with), where PyTorch's
+meta kernel describes another device's kernel than neuron's.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import torch
 
 def register() -> None:
     _linear_cross_entropy_accumulation()
+    _efficient_attention_fake_kernels()
 
 
 def _linear_cross_entropy_accumulation() -> None:
@@ -38,3 +42,66 @@ def _linear_cross_entropy_accumulation() -> None:
         return resolve(dtype, device)
 
     options._resolve_auto_acc_dtype = staticmethod(_resolve_auto_acc_dtype)
+
+
+def _efficient_attention_fake_kernels() -> None:
+    # FakeTensorMode (Dynamo, AOTAutograd) computes the efficient-attention ops' outputs
+    # with PyTorch's meta kernels, which describe CUDA's kernel: logsumexp padded to a
+    # multiple of 32 queries, the output in [B, L, H, E] memory order. Neuron's kernel is
+    # the CPU flash kernel (csrc/aten/attention.cpp) and keeps logsumexp unpadded, which
+    # ring attention needs to merge chunks of any length; so fake neuron tensors get the
+    # metadata of what the device kernel runs, the CPU flash ops, instead. Other devices,
+    # and plain meta tensors, keep PyTorch's meta kernels (NotImplemented falls through).
+    from torch._subclasses import fake_impls
+
+    aten = torch.ops.aten
+    forward, backward = aten._scaled_dot_product_efficient_attention.default, (
+        aten._scaled_dot_product_efficient_attention_backward.default
+    )
+
+    def on_neuron(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type == "neuron"
+
+    @fake_impls.register_op_impl(lambda func: func is forward)
+    def _forward(fake_mode, func, query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                 is_causal=False, *, scale=None):  # fmt: skip
+        if not on_neuron(query):
+            return NotImplemented
+        if dropout_p != 0.0:  # as the device kernel refuses it
+            raise NotImplementedError(
+                f"_scaled_dot_product_efficient_attention on neuron: dropout_p must be 0 (got {dropout_p}); "
+                "scaled_dot_product_attention picks another kernel for dropout"
+            )
+        with fake_mode:
+            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout_p, is_causal, attn_mask=attn_bias, scale=scale
+            )
+            if not compute_log_sumexp:
+                lse = lse.new_empty((lse.size(0), lse.size(1), 0))
+            seed = torch.empty((), dtype=torch.long, device=query.device)
+            offset = torch.empty((), dtype=torch.long, device=query.device)
+        return out, lse, seed, offset
+
+    @fake_impls.register_op_impl(lambda func: func is backward)
+    def _backward(fake_mode, func, grad_out, query, key, value, attn_bias, out, logsumexp, philox_seed,
+                  philox_offset, dropout_p, grad_input_mask, is_causal=False, *, scale=None):  # fmt: skip
+        if not on_neuron(query):
+            return NotImplemented
+        if grad_input_mask[3]:
+            raise NotImplementedError(
+                "_scaled_dot_product_efficient_attention_backward on neuron: the gradient of attn_bias is not "
+                "computed; scaled_dot_product_attention picks another kernel when the mask requires grad"
+            )
+        torch._check(
+            logsumexp.dim() == 3 and logsumexp.size(2) >= query.size(2),
+            lambda: f"_scaled_dot_product_efficient_attention_backward: logsumexp of shape {tuple(logsumexp.shape)} "
+            f"does not cover {query.size(2)} queries",
+        )
+        with fake_mode:
+            lse = logsumexp.narrow(2, 0, query.size(2)).contiguous()
+            gq, gk, gv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad_out.contiguous(), query, key, value, out, lse, dropout_p, is_causal, attn_mask=attn_bias,
+                scale=scale,
+            )
+        return gq, gk, gv, None
+

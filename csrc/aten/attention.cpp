@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
-#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -25,21 +25,14 @@ using sdp::SDPBackend;
 
 // scaled_dot_product_attention asks the _fused_sdp_choice stub which kernel to use (and
 // other code asks the op). Answer as the CPU does, with "efficient" in place of "flash".
+// The CPU's choice reads only metadata (shapes, strides, dtypes, requires_grad), so it is
+// asked with the neuron tensors themselves: they may be fake or meta-backed (Dynamo and
+// AOTAutograd trace with FakeTensorMode), and their shapes may be symbolic.
 int64_t fused_sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  // The CPU's choice depends on requires_grad (no fused kernel differentiates attn_mask),
-  // so the aliases carry it; they live only for this call.
-  auto host = [](const Tensor& t) {
-    if (t.device().type() != kNeuron) return t;
-    Tensor a = cpu_alias(t);
-    if (t.requires_grad()) a.requires_grad_(true);
-    return a;
-  };
-  OptTensor m;
-  if (mask.has_value() && mask->defined()) m = host(*mask);
-  int64_t cpu = at::_ops::_fused_sdp_choice::call(host(q), host(k), host(v), m, dropout_p, is_causal, scale, enable_gqa);
+  int64_t cpu = at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
   // Dropout (its RNG replay) and grouped-query heads stay on the CPU's own kernels.
-  bool grouped = enable_gqa && q.dim() == 4 && k.dim() == 4 && q.size(1) != k.size(1);
+  bool grouped = enable_gqa && q.dim() == 4 && k.dim() == 4 && q.sym_size(1) != k.sym_size(1);
   if (cpu == static_cast<int64_t>(SDPBackend::flash_attention) && dropout_p == 0.0 && !grouped)
     return static_cast<int64_t>(SDPBackend::efficient_attention);
   return cpu;
@@ -61,10 +54,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> efficient_attention(const Tensor& q, 
   auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, bias, scale);
   // [B, H, L] float, as the flash kernels return it. (CUDA's efficient kernel pads L to a
   // multiple of 32; ring attention merges per-chunk results by logsumexp and needs it
-  // unpadded for chunks of any length.)
+  // unpadded for chunks of any length. PyTorch's meta kernel describes CUDA's, so fake
+  // neuron tensors get this one's: torch_neuronx/_device_defaults.py.)
   Tensor log_sumexp = compute_log_sumexp ? lse : at::empty({lse.size(0), lse.size(1), 0}, lse.options());
-  auto seed = at::empty({}, at::TensorOptions().dtype(at::kLong));
-  auto offset = at::empty({}, at::TensorOptions().dtype(at::kLong));
+  // Unused (no dropout); on the device, where FakeTensorMode puts them too.
+  auto seed = at::empty({}, q.options().dtype(at::kLong));
+  auto offset = at::empty({}, q.options().dtype(at::kLong));
   return {out, log_sumexp, seed, offset};
 }
 
