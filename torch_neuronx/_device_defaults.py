@@ -4,17 +4,21 @@ Some PyTorch functions pick an algorithm from a table indexed by ``device.type``
 fall back to a guess for devices they do not know. Where the guess is wrong for a
 NeuronCore, the right entry is registered here, once, at device registration.
 
-That includes fake tensors (what Dynamo and AOTAutograd trace with), where PyTorch's
-meta kernel describes another device's kernel than neuron's.
+That includes fake tensors (what Dynamo and AOTAutograd trace with): PyTorch's fake
+kernels describe the CPU's kernel for "cpu" and CUDA's for any other device, while
+neuron runs the CPU's kernels, so where the two differ neuron's fakes are described as
+the CPU's (tests/test_fake_tensor.py, `make coverage-fake`).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.utils._pytree as pytree
 
 
 def register() -> None:
     _linear_cross_entropy_accumulation()
+    _cpu_kernel_fakes()
     _efficient_attention_fake_kernels()
 
 
@@ -105,3 +109,63 @@ def _efficient_attention_fake_kernels() -> None:
             )
         return gq, gk, gv, None
 
+
+# Ops whose fake kernels take CUDA's branch for any device but "cpu" where the outputs
+# differ in metadata (found by reading PyTorch's meta kernels and decompositions for
+# device checks, and by `make coverage-fake`): layer/batch norm statistics keep the input
+# dtype on CPU and batch norm's are empty in eval mode; nonzero_static is row-major;
+# embedding_bag's bookkeeping outputs are sized differently; pixel_shuffle keeps
+# channels_last; unique_dim returns inverse and counts unasked.
+_CPU_DESCRIBED_OPS = (
+    "native_layer_norm.default", "native_batch_norm.default", "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_functional.default",
+    "_native_batch_norm_legit_no_training.default", "_batch_norm_with_update.default",
+    "_batch_norm_with_update_functional.default", "nonzero_static.default", "_embedding_bag.default",
+    "_embedding_bag_forward_only.default", "pixel_shuffle.default", "unique_dim.default",
+)  # fmt: skip
+
+
+def _cpu_kernel_fakes() -> None:
+    from torch._decomp import decomposition_table, meta_table
+    from torch._subclasses import fake_impls
+
+    ops = set()
+    for name in _CPU_DESCRIBED_OPS:
+        packet, overload = name.rsplit(".", 1)
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None:  # absent from other torch versions
+            ops.add(op)
+    # FakeTensorMode runs the Python decompositions of ops missing from meta_table before
+    # it looks for fake kernels, so for those the fake kernel below would never be asked.
+    # Listed in meta_table, they reach it; it runs the same decomposition for other devices.
+    decomposed = {op for op in ops if op not in meta_table and op in decomposition_table}
+    for op in decomposed:
+        meta_table[op] = decomposition_table[op]
+
+    def describe_as_cpu(fake_mode, func, *args, **kwargs):
+        flat = pytree.tree_leaves((args, kwargs))
+        device = next((t.device for t in flat if isinstance(t, torch.Tensor) and t.device.type == "neuron"), None)
+        if device is None:
+            if func in decomposed:
+                with fake_mode:
+                    return decomposition_table[func](*args, **kwargs)
+            return NotImplemented
+
+        def as_cpu(t):
+            if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+                return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            return t
+
+        def as_neuron(t):
+            if isinstance(t, torch.Tensor):
+                return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+            return t
+
+        # The outputs of these ops are new tensors (none aliases an input), so describing
+        # them by metadata alone is exact.
+        with fake_mode:
+            out = func(*pytree.tree_map(as_cpu, args), **pytree.tree_map(as_cpu, kwargs))
+            return pytree.tree_map(as_neuron, out)
+
+    # First: unique_dim's own fake kernel is registered before any added one would be asked.
+    fake_impls.op_implementations_checks.insert(0, (ops.__contains__, describe_as_cpu))
