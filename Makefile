@@ -6,7 +6,8 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives coverage coverage-ops coverage-transformers clean
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives coverage coverage-ops coverage-transformers coverage-fake \
+	clean
 
 run: build
 	$(PY) -m torch_neuronx.collect_env
@@ -51,13 +52,19 @@ bench: build
 # Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
 # `make test` runs the fast subsets (tests/test_coverage_*.py).
 COVERAGE_WORKERS ?= 2
-coverage: coverage-transformers coverage-ops
+coverage: coverage-transformers coverage-ops coverage-fake
 
 coverage-transformers: build
 	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
 
 coverage-ops: build
 	$(PY) -m torch_neuronx.testing.opinfo_sweep --workers $(COVERAGE_WORKERS)
+
+# The OpInfo samples under FakeTensorMode (what torch.compile traces with) against the real run,
+# with static and with symbolic sizes.
+coverage-fake: build
+	$(PY) -m torch_neuronx.testing.fake_sweep --workers $(COVERAGE_WORKERS)
+	$(PY) -m torch_neuronx.testing.fake_sweep --dynamic --workers $(COVERAGE_WORKERS)
 
 clean:
 	rm -rf build .venv/.built
