@@ -27,7 +27,6 @@ CASES: dict[str, Callable[[str], object]] = {}
 # Cases whose public API fails on the device for another reason than a missing kernel, and why.
 REFUSED = {
     "nn.DataParallel": "its scatter needs torch._C._scatter, which only CUDA builds of torch have",
-    "torch.nn.attention.flex_attention (eager)": "flex_attention accepts CUDA, CPU, HPU and MPS tensors only",
     "nn.TransformerEncoder (fast path, nested tensor)": (
         "in eval under no_grad with a padding mask and enable_nested_tensor (the default), it packs the input into a "
         "nested tensor (_nested_tensor_from_mask), and the device has dense tensors only"),
