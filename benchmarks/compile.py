@@ -173,7 +173,9 @@ def section(train: dict, dec: dict, comp: dict, info: dict) -> str:
         f"Measured {info['date']} on {info['cpu']}, {info['threads']} threads, torch {info['torch']}. "
         f"Model: Llama, {train['params'] / 1e6:.1f}M parameters (6 layers, hidden 512). Training step: "
         "batch 4 × 128 tokens, forward + loss backward + AdamW. Decode step: batch 1, one token against a "
-        "256-token static KV cache. The three variants alternate step by step; medians.",
+        "256-token static KV cache. The three variants alternate step by step; medians. Load average "
+        f"{info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end (other processes share the "
+        "2 cores: compile times grow with it; the same-run ratios much less).",
         "",
         "| step | eager neuron | compiled neuron | Inductor CPU |",
         "|---|---:|---:|---:|",
@@ -218,7 +220,7 @@ def main() -> None:
     import torch_neuronx  # noqa: F401
 
     info = dict(date=datetime.date.today().isoformat(), cpu=platform.processor() or platform.machine(),
-                threads=torch.get_num_threads(), torch=torch.__version__)
+                threads=torch.get_num_threads(), torch=torch.__version__, load_start=os.getloadavg()[0])
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
@@ -230,6 +232,7 @@ def main() -> None:
     print("decode", json.dumps(dec))
     comp = compile_times()
     print("compile", json.dumps(comp))
+    info["load_end"] = os.getloadavg()[0]
     text = section(train, dec, comp, info)
     print(text)
     if not a.no_doc:
