@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives coverage coverage-ops coverage-transformers coverage-fake \
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile coverage coverage-ops coverage-transformers coverage-fake \
 	clean
 
 run: build
@@ -73,3 +73,8 @@ clean:
 # the benchmark section of docs/distributed.md and docs/distributed_collectives.png.
 bench-collectives: build
 	$(PY) benchmarks/collectives.py
+
+# torch.compile: compiled neuron vs eager neuron vs Inductor on the CPU, cold/warm compile time
+# (several minutes); rewrites the torch.compile section of docs/performance.md.
+bench-compile: build
+	$(PY) benchmarks/compile.py
