@@ -190,6 +190,23 @@ def test_compiled_sdpa_equals_eager(backend, case):
         assert "aten::_scaled_dot_product_efficient_attention_backward" in ran, ran
 
 
+def test_compiled_sdpa_with_symbolic_sizes_equals_eager():
+    # dynamic=True: traced with symbolic sizes (the mask is padded by a symbolic amount)
+    case = "float-mask"
+    torch._dynamo.reset()
+    compiled = torch.compile(_sdpa, backend="aot_eager", dynamic=True, fullgraph=True)
+    for L in (37, 45):  # one graph for both lengths
+        qkv, mask, kw = _sdpa_inputs(case, L=L, S=L)
+        runs = []
+        for fn in (_sdpa, compiled):
+            (q, k, v), m = _on_neuron(qkv, mask)
+            out = fn(q, k, v, m, kw)
+            out.backward(torch.ones_like(out))
+            runs.append([out.detach().cpu()] + [t.grad.cpu() for t in (q, k, v)])
+        for a, b in zip(*runs):
+            assert torch.equal(a, b)
+
+
 class _Block(torch.nn.Module):
     """The ops above in one model: embedding bags, batch and layer norm, attention."""
 
