@@ -8,7 +8,6 @@ device.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Callable
 from typing import Any

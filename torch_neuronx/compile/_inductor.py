@@ -2,8 +2,8 @@
 
 Device memory is host memory, so Inductor's C++/OpenMP code generator (``CppScheduling``)
 applies unchanged: its kernels read and write neuron tensors in place, the Python wrapper
-allocates their buffers with ``empty_strided(..., device="neuron")`` (our allocator, so memory
-stats stay exact), and ops Inductor does not fuse run as neuron ATen ops.
+allocates their buffers with ``empty_strided(..., device=torch.device("neuron", i))`` (our
+allocator, so memory stats stay exact), and ops Inductor does not fuse run as neuron ATen ops.
 
 Inductor special-cases the CPU by comparing ``device.type == "cpu"`` in a few heuristics that
 decide how C++ code is generated. Where a heuristic exists because the code generator is
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
 from torch._inductor.codegen.common import (
     DeviceOpOverrides,
     register_backend_for_device,
@@ -92,7 +91,6 @@ def _patch_host_device_checks() -> None:
     import torch._inductor.choices as choices
     import torch._inductor.scheduler as scheduler
     import torch._inductor.utils as utils
-    from torch._inductor import config
 
     orig_backend = utils.get_current_backend
     if getattr(orig_backend, "_neuron_patched", False):
@@ -130,7 +128,6 @@ def _patch_host_device_checks() -> None:
         return orig_heuristics(self, "cpu" if device_type == DEVICE else device_type)
 
     choices.InductorChoices.get_config_heuristics = get_config_heuristics
-    del config
 
 
 def register() -> None:

@@ -115,8 +115,7 @@ def install() -> None:
 
     @functools.wraps(orig)
     def record_compilation_metrics(*args, **kwargs):
-        n = len(dynamo_utils._compilation_metrics)
-        last = dynamo_utils._compilation_metrics[-1] if n else None
+        last = dynamo_utils._compilation_metrics[-1] if dynamo_utils._compilation_metrics else None
         orig(*args, **kwargs)
         new = dynamo_utils._compilation_metrics[-1] if dynamo_utils._compilation_metrics else None
         if new is not None and new is not last:

@@ -51,12 +51,6 @@ _initialized = False
 _init_lock = threading.Lock()
 
 
-# Under torch.compile, Dynamo folds is_available/device_count/current_device to constants
-# (torch_neuronx.compile registers them as it does torch.cuda's); synchronize and
-# current_stream answer through torch.accelerator, whose streams Dynamo models.
-_compiling = torch.compiler.is_compiling
-
-
 def is_available() -> bool:
     """True when at least one neuron device is visible (does not initialize the runtime)."""
     return _C._device_count() > 0
@@ -139,7 +133,10 @@ class device_of(device):
 
 def synchronize(device: Any = None) -> None:
     """Wait for all work on ``device`` (execution is synchronous, so this only validates)."""
-    if _compiling():
+    if torch.compiler.is_compiling():
+        # Traced: torch.accelerator's synchronize is what Dynamo models (as current_stream's
+        # streams). is_available/device_count/current_device are folded to constants instead,
+        # as torch.cuda's are (registered by torch_neuronx.compile).
         return torch.accelerator.synchronize() if device is None else torch.accelerator.synchronize(device)
     _lazy_init()
     torch.accelerator.synchronize(_get_device_index(device, optional=True))

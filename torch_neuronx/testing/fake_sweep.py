@@ -51,7 +51,6 @@ import torch
 
 from torch_neuronx.testing import opinfo_sweep as _ops
 from torch_neuronx.testing._compare import CPUCopy, map_tensors, tensors
-from torch_neuronx.testing._pool import default_workers, positive
 
 DTYPES = _ops.DTYPES
 MAX_DETAIL = 300
@@ -377,30 +376,10 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
-    p.add_argument("--core", action="store_true", help="only opinfo_sweep's core ops")
-    p.add_argument("--workers", type=positive(int), default=default_workers())
-    p.add_argument("--timeout", type=positive(float), default=600.0, help="seconds per op before it counts as a timeout")
-    p.add_argument("--out-dir", default="docs/coverage")
-    p.add_argument("--no-write", action="store_true", help="print the summary only")
-    p.add_argument("--dtypes", default=",".join(_ops.dtype_name(d) for d in DTYPES),
-                   help="comma-separated dtypes (default: %(default)s)")
+    _ops.add_sweep_args(p, core_help="only opinfo_sweep's core ops")
     p.add_argument("--dynamic", action="store_true", help="fake inputs with symbolic sizes (writes fake_dynamic.*)")
     args = p.parse_args(argv)
-    try:
-        dtypes = tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip())
-        assert dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
-    except (AttributeError, AssertionError):
-        p.error(f"--dtypes: not a list of torch dtypes: {args.dtypes!r}")
-    keys = _ops.all_op_keys()
-    if args.ops:
-        wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
-        unknown = [k for k in wanted if not _ops.select_op_keys([k])]
-        if unknown:
-            p.error(f"unknown OpInfo name(s): {', '.join(unknown)}")
-        keys = _ops.select_op_keys(wanted)
-    elif args.core:
-        keys = _ops.select_op_keys(_ops.CORE_OPS)
+    keys, dtypes = _ops.selected_ops(p, args)
     start = time.perf_counter()
     results = _ops.run_sweep(keys, args.workers, args.timeout, dtypes=dtypes,
                              item_fn=_check_op_item_dynamic if args.dynamic else _check_op_item,

@@ -302,8 +302,10 @@ def _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index)
         return False
     g = torch.Generator().manual_seed(SEED)
     grads_out = [torch.randn(t.shape, generator=g, dtype=t.dtype) if t.is_floating_point() else None for t in c_outs]
-    try:
-        expected_g = torch.autograd.grad(c_outs, c_inputs, grads_out, allow_unused=True)
+    try:  # the oracle's outputs are on CPU, or on neuron when compiled code is judged against eager
+        expected_g = torch.autograd.grad(
+            c_outs, c_inputs, [None if x is None else x.to(t.device) for x, t in zip(grads_out, c_outs)],
+            allow_unused=True)
     except Exception:  # noqa: BLE001 - no backward on CPU for this sample
         return True
     res.checks["grad"] += 1
@@ -528,17 +530,20 @@ def run_sweep(keys: list[str], workers: int, timeout: float, progress: bool = Tr
     return sorted(results, key=lambda r: order[r["op"]])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_sweep_args(p: argparse.ArgumentParser, core_help: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
+    """The command-line options every sweep over OpInfo samples shares (see `selected_ops`)."""
     p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
-    p.add_argument("--core", action="store_true", help="only the core ops that `make test` checks")
+    p.add_argument("--core", action="store_true", help=core_help)
     p.add_argument("--workers", type=positive(int), default=default_workers())
     p.add_argument("--timeout", type=positive(float), default=600.0, help="seconds per op before it counts as a timeout")
     p.add_argument("--out-dir", default="docs/coverage")
     p.add_argument("--no-write", action="store_true", help="print the summary only")
-    p.add_argument("--dtypes", default=",".join(dtype_name(d) for d in DTYPES),
+    p.add_argument("--dtypes", default=",".join(dtype_name(d) for d in dtypes),
                    help="comma-separated dtypes (default: %(default)s)")
-    args = p.parse_args(argv)
+
+
+def selected_ops(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], tuple[torch.dtype, ...]]:
+    """(op keys, dtypes) chosen by `add_sweep_args`'s options; a bad value is a usage error."""
     try:
         dtypes = tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip())
         assert dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
@@ -553,6 +558,14 @@ def main(argv: list[str] | None = None) -> int:
         keys = select_op_keys(wanted)
     elif args.core:
         keys = select_op_keys(CORE_OPS)
+    return keys, dtypes
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_args(p, core_help="only the core ops that `make test` checks")
+    args = p.parse_args(argv)
+    keys, dtypes = selected_ops(p, args)
     start = time.perf_counter()
     results = run_sweep(keys, args.workers, args.timeout, dtypes=dtypes)
     seconds = time.perf_counter() - start
