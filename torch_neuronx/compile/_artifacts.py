@@ -4,7 +4,8 @@ With preservation on, the neuron backend writes each Dynamo graph it receives
 (``fx_graphs/proc_<rank>/<model>_<n>.txt``) and Inductor's debug trace of its compilation
 (``inductor/``: readable FX graphs before and after AOTAutograd, the IR, the generated wrapper
 and C++ kernels). With it off (the default) nothing is written. The directory defaults to the
-user's cache directory, not /tmp.
+user's cache directory, not /tmp. Preservation bypasses Inductor's caches (a cache hit
+generates no code to keep).
 """
 
 from __future__ import annotations
@@ -53,4 +54,7 @@ def save_fx_graph(gm: torch.fx.GraphModule, name: str) -> dict:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     stem = f"{safe}_{os.getpid()}_{next(_counter)}"
     (graphs / f"{stem}.txt").write_text(gm.print_readable(print_output=False) + "\n\n" + str(gm.graph))
-    return {"trace.enabled": True, "trace.debug_dir": str(base / "inductor" / stem)}
+    # A cache hit skips code generation and so would write no trace: preserving bypasses the
+    # FX-graph and AOTAutograd caches, so every graph's artifacts are written.
+    return {"trace.enabled": True, "trace.debug_dir": str(base / "inductor" / stem),
+            "force_disable_caches": True}
