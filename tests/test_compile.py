@@ -234,6 +234,38 @@ def test_backward_compile_failure_is_handled_at_compile_time(monkeypatch):
     torch.testing.assert_close(x.grad, x.detach().cos())
 
 
+def test_data_dependent_backward_graph_breaks_instead_of_failing():
+    # The backward of index_put with a boolean index needs nonzero (a data-dependent shape):
+    # Dynamo graph-breaks around it, as for Inductor, rather than a compile error.
+    g = torch.Generator().manual_seed(0)
+    x, v = torch.randn(5, 5, generator=g), torch.randn(5, generator=g)
+    mask = torch.tensor([True, True, False, True, False])
+
+    def f(a, b):
+        return torch.index_put(a, (mask,), b).sin().sum()
+
+    grads = []
+    for fn in (f, torch.compile(f, backend="neuron")):
+        a, b = x.to(NEURON).requires_grad_(), v.to(NEURON).requires_grad_()
+        fn(a, b).backward()
+        grads.append((a.grad.cpu(), b.grad.cpu()))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_rng_state_functions_are_not_traced():
+    # torch.testing's freeze_rng_state saves and restores torch.neuron's RNG state under
+    # no_dispatch; like torch.cuda's, those functions run eagerly, never traced.
+    from torch.testing._internal.common_methods_invocations import wrapper_set_seed
+
+    x = torch.randn(16, 16, device=NEURON)
+    f = lambda t: wrapper_set_seed(F.dropout, t, p=0.5, training=True)  # noqa: E731
+    before = torch.neuron.get_rng_state()
+    expected = f(x)
+    actual = torch.compile(f, backend="neuron", options={"fallback_random": True})(x)
+    assert torch.equal(actual.cpu(), expected.cpu())
+    assert torch.equal(torch.neuron.get_rng_state(), before)  # restored, as eagerly
+
+
 def test_bad_fallback_env_value(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "maybe")
     with pytest.raises(Exception, match="TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION='maybe' is not a boolean"):

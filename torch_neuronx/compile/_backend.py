@@ -128,7 +128,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | N
     neuron_opts, patches = validate(mode, options)
     name = neuron_opts.get("model_name") or gm.__class__.__name__
     patches = {**_artifacts.save_fx_graph(gm, name), **patches}
-    from torch._dynamo.exc import RestartAnalysis, SkipFrame
+    from torch._dynamo.exc import RestartAnalysis, SkipFrame, exceptions_allowed_to_be_fallback
 
     import torch._functorch.config as functorch_config
 
@@ -139,6 +139,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | N
             return compile_fx(gm, example_inputs, config_patches=patches)
     except (RestartAnalysis, SkipFrame):
         raise  # Dynamo's own control flow (e.g. retrace with a scalar as a tensor), not failures
+    except exceptions_allowed_to_be_fallback:
+        # Data-dependent shapes met while tracing the backward (e.g. nonzero for a boolean index):
+        # Dynamo graph-breaks around them, as it does for Inductor, instead of failing the compile.
+        raise
     except Exception as e:
         where = _failing_node(e)
         msg = (

@@ -114,6 +114,12 @@ def _register_constant_queries() -> None:
         vt.constant_fold_functions[fn] = None
         if name in _CONSTANT_GUARDED:
             vt.constant_fold_functions_need_guards[fn] = None
+    # RNG state is host-side state, not graph operations: like torch.cuda's (in torch's own
+    # files), these functions are never traced: called in compiled code they run eagerly at a
+    # graph break, and called from eager code between graphs Dynamo leaves their frames alone
+    # (it would fake set_rng_state's real tensor, which fails under no_dispatch, e.g. in
+    # torch.testing's freeze_rng_state).
+    trace_rules.add("torch_neuronx.neuron.random")
     trace_rules.get_torch_obj_rule_map.cache_clear()
 
 
