@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile coverage coverage-ops coverage-transformers coverage-fake \
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
 	clean
 
 run: build
@@ -52,7 +52,7 @@ bench: build
 # Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
 # `make test` runs the fast subsets (tests/test_coverage_*.py).
 COVERAGE_WORKERS ?= 2
-coverage: coverage-transformers coverage-ops coverage-fake
+coverage: coverage-transformers coverage-ops coverage-fake coverage-ops-compiled
 
 coverage-transformers: build
 	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
@@ -65,6 +65,10 @@ coverage-ops: build
 coverage-fake: build
 	$(PY) -m torch_neuronx.testing.fake_sweep --workers $(COVERAGE_WORKERS)
 	$(PY) -m torch_neuronx.testing.fake_sweep --dynamic --workers $(COVERAGE_WORKERS)
+
+# The core ops' OpInfo samples compiled with the neuron backend, against eager neuron.
+coverage-ops-compiled: build
+	$(PY) -m torch_neuronx.testing.compiled_ops_sweep --core --workers $(COVERAGE_WORKERS)
 
 clean:
 	rm -rf build .venv/.built

@@ -1,7 +1,8 @@
 """Hugging Face causal-LM coverage: each architecture of the CI subset, tiny and randomly
 initialised, must match CPU on neuron (forward logits, every gradient, the AdamW step,
-greedy generate, bfloat16 forward). Also checks that the sweep's checker notices a wrong device result and
-that its report counts statuses correctly."""
+greedy generate, bfloat16 forward, and forward + backward compiled with the neuron backend).
+Also checks that the sweep's checker notices a wrong device or compiled result, counts graph
+breaks, and that its report counts statuses correctly."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def test_architecture_matches_cpu(arch):
     assert r["stages"] == {s: "pass" for s in sweep.STAGES}, _explain(r)  # every stage ran and matched
     # every op these models use has a native kernel; a new fallback op wants one too
     assert r["fallback_ops"] == {}, f"{arch} ran ops through the generic fallback: {r['fallback_ops']}"
+    assert r["dynamo"]["compiles"] >= 1, r["dynamo"]  # the compiled stage really compiled
 
 
 # ---- the checker itself can fail ---------------------------------------------------------------
@@ -64,6 +66,35 @@ def test_checker_reports_a_missing_gradient(monkeypatch):
     r = sweep.check_one_arch("llama")
     assert r["status"] == "fail" and r["stage"] == "backward", _explain(r)
     assert "None on neuron" in r["reason"], r["reason"]
+
+
+def test_checker_reports_a_wrong_compiled_result(monkeypatch):
+    real = sweep._stage_compiled
+
+    def wrong(model, batch):
+        out = real(model, batch)
+        out["logits"] = out["logits"] + 0.5
+        return out
+
+    monkeypatch.setattr(sweep, "_stage_compiled", wrong)
+    r = sweep.check_one_arch("llama")
+    assert r["status"] == "fail" and r["stage"] == "compiled", _explain(r)
+    assert r["reason"].startswith("vs eager neuron: ") and "logits" in r["reason"], r["reason"]
+
+
+def test_graph_breaks_are_counted(monkeypatch):
+    real = sweep._build
+
+    def with_break(model_type):
+        model, config = real(model_type)
+        model.model.norm.register_forward_pre_hook(lambda m, args: torch._dynamo.graph_break())
+        return model, config
+
+    monkeypatch.setattr(sweep, "_build", with_break)
+    r = sweep.check_one_arch("llama")
+    assert r["stages"]["compiled"] == "pass", _explain(r)  # a graph break is allowed, and counted
+    assert r["dynamo"]["graph_breaks"] >= 1 and r["dynamo"]["compiles"] >= 2, r["dynamo"]
+    assert any("graph_break" in k for k in r["dynamo"]["graph_break_reasons"]), r["dynamo"]
 
 
 # ---- report ------------------------------------------------------------------------------------

@@ -41,7 +41,9 @@ from typing import Any
 
 import torch
 
-from torch_neuronx.testing._compare import CPUCopy, UnsupportedLayout, compare, map_tensors, op_tolerance, tensors
+from torch_neuronx.testing._compare import (
+    CPUCopy, UnsupportedLayout, compare, map_tensors, op_tolerance, tensors, to_cpu,
+)  # fmt: skip
 from torch_neuronx.testing._pool import default_workers, positive, run_isolated
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
@@ -316,7 +318,7 @@ def _check_grad(sample, expected, actual, c_inputs, n_inputs, dtype, res, index)
     except Exception as e:  # noqa: BLE001
         res.fail(dtype, index, "grad", f"backward raised on neuron only: {_short(e)}", sample)
         return False
-    d = compare(list(actual_g), list(expected_g), tolerance=op_tolerance)
+    d = compare(list(actual_g), to_cpu(list(expected_g)), tolerance=op_tolerance)
     if not d.ok:
         res.fail(dtype, index, "grad", d.summary(), sample)
         return False

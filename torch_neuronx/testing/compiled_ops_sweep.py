@@ -1,0 +1,193 @@
+"""PyTorch's OpInfo samples compiled for ``neuron``, against eager ``neuron``.
+
+As PyTorch's own Inductor OpInfo tests do: each sample input (made on ``neuron``, as
+``opinfo_sweep`` makes them) runs eagerly and through ``torch.compile(backend="neuron")``
+(Dynamo, AOTAutograd, the neuron FX passes, Inductor's C++ code for the device), with
+Inductor's ``fallback_random`` so random ops draw the same numbers; a sample passes when
+
+- ``forward``: the compiled outputs equal the eager ones (values within the dtype's op
+  tolerance, dtypes, shapes, and that they live where eager's do);
+- ``grad`` (float32, ops with autograd): the gradients through the compiled graph
+  (AOTAutograd's compiled backward) equal eager's for the same random output gradients.
+
+Eager ``neuron`` is the oracle here (``opinfo_sweep`` compares it with CPU). A sample
+that raises eagerly does not count; one that raises only when compiled is a failure.
+Every sample compiles from scratch (``torch._dynamo.reset()``), with static shapes, so a
+C++ compile per sample is what this costs: the sweep runs the first ``--max-samples``
+samples of each op and dtype (default 3) in float32, bfloat16, int64 and bool, over
+``opinfo_sweep``'s core ops (``--core``, what ``make coverage-ops-compiled`` runs) or any ops.
+
+    python -m torch_neuronx.testing.compiled_ops_sweep --core   # writes docs/coverage/ops_compiled.{md,json}
+    python -m torch_neuronx.testing.compiled_ops_sweep --ops add,softmax --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from torch_neuronx.testing import opinfo_sweep as _ops
+from torch_neuronx.testing._compare import compare, op_tolerance, tensors, to_cpu
+from torch_neuronx.testing._pool import positive
+
+DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
+MAX_SAMPLES = 3
+# fallback_random: Inductor's own random numbers differ from eager's by design; the aten ops
+# draw eager's stream. The rest keeps a failing sample from being retried or hidden.
+OPTIONS = {"fallback_random": True}
+
+
+def _compiled(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron", dynamic=False, options=OPTIONS)
+
+
+def check_sample(op, sample, dtype, with_grad: bool, res, index: int, max_samples: int = MAX_SAMPLES) -> str:
+    """One sample made on ``neuron``: pass / fail / eager-error / skipped (see the module doc)."""
+    if index >= max_samples:
+        return "skipped"
+    args, kwargs = (sample.input, *sample.args), sample.kwargs
+    uninit = op.name in _ops.UNINITIALIZED_OUTPUT
+    with torch.set_grad_enabled(with_grad):
+        try:
+            expected = _ops._run(lambda: op.op(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - opinfo_sweep judges eager errors
+            return "eager-error"
+        res.checks["forward"] += 1
+        try:
+            actual = _ops._run(lambda: _compiled(op.op)(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001
+            res.fail(dtype, index, "forward", f"raised when compiled only: {_ops._short(e)}", sample)
+            return "fail"
+    device_type = _ops._result_device_type(sample.input, sample.args, sample.kwargs)
+    d = compare(actual, to_cpu(expected), tolerance=op_tolerance, values=not uninit, device_type=device_type)
+    if not d.ok:
+        res.fail(dtype, index, "forward", d.summary(), sample)
+        return "fail"
+    res.checks["forward_passed"] += 1
+    if with_grad and not uninit:
+        inputs = [t for t in tensors((sample.input, sample.args, sample.kwargs)) if t.requires_grad and t.is_leaf]
+        if not _ops._check_grad(sample, expected, actual, inputs, inputs, dtype, res, index):
+            return "fail"
+    return "pass"
+
+
+def check_op(key: str, dtypes: tuple[torch.dtype, ...] = DTYPES, max_samples: int = MAX_SAMPLES) -> dict:
+    """The first ``max_samples`` samples of the OpInfo ``key`` in each dtype, judged by :func:`check_sample`."""
+    return _ops.check_op(key, dtypes, check=functools.partial(check_sample, max_samples=max_samples))
+
+
+def _check_op_item(item: tuple[str, tuple[str, ...]], max_samples: int = MAX_SAMPLES) -> dict:
+    key, dtype_names = item
+    return check_op(key, tuple(getattr(torch, d) for d in dtype_names), max_samples)
+
+
+def run_sweep(keys: list[str], workers: int, timeout: float, dtypes: tuple[torch.dtype, ...] = DTYPES,
+              max_samples: int = MAX_SAMPLES, progress: bool = True) -> list[dict]:
+    return _ops.run_sweep(keys, workers, timeout, progress, dtypes,
+                          item_fn=functools.partial(_check_op_item, max_samples=max_samples),
+                          desc="compiled OpInfo sweep")
+
+
+def write_report(summary: dict, out_dir: Path, command: str, seconds: float, workers: int,
+                 dtypes: tuple[torch.dtype, ...], max_samples: int) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"torch": torch.__version__, "date": datetime.date.today().isoformat(), "command": command,
+            "dtypes": [_ops.dtype_name(d) for d in dtypes], "max_samples": max_samples,
+            "wall_seconds": round(seconds, 1), "workers": workers, "python": platform.python_version()}
+    (out_dir / "ops_compiled.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
+    s = summary
+    skipped = sum(o["counts_total"].get("skipped", 0) for o in s["ops"])
+    eager_error = sum(o["counts_total"].get("eager-error", 0) for o in s["ops"])
+    lines = [
+        "# OpInfo samples compiled for `neuron`",
+        "",
+        f"OpInfos of PyTorch {torch.__version__}'s `op_db` ({len(s['ops'])} entries), the first {max_samples} sample "
+        f"inputs of each in {', '.join(meta['dtypes'])}, compiled with `torch.compile(backend=\"neuron\")` "
+        "(static shapes, a fresh compile per sample, Inductor's `fallback_random`) and compared with eager "
+        "`neuron`: outputs, and gradients through the compiled backward in float32. Eager `neuron` itself is "
+        "compared with CPU in `ops.md`. See `torch_neuronx/testing/compiled_ops_sweep.py`.",
+        "",
+        f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
+        "",
+        f"**{s['samples_passed']} of {s['samples_run']} samples pass ({100 * s['pass_rate']:.2f}%)**; "
+        f"{s['samples_failed']} fail; {eager_error} raised eagerly (not counted); {skipped} beyond the first "
+        f"{max_samples} of an op and dtype (not run).",
+        "",
+        "Checks run (passed): " + ", ".join(
+            f"{k} {s['checks'].get(k, 0)} ({s['checks'].get(k + '_passed', 0)})" for k in ("forward", "grad")) + ".",
+        "",
+        "| dtype | samples passed | rate |",
+        "|---|---:|---:|",
+    ]
+    for dt in meta["dtypes"]:
+        c = s["dtypes"].get(dt, {})
+        ran = c.get("pass", 0) + c.get("fail", 0)
+        rate = f"{100 * c.get('pass', 0) / ran:.2f}%" if ran else "—"
+        lines.append(f"| {dt} | {c.get('pass', 0)} of {ran} | {rate} |")
+    lines.append("")
+    failing = [o for o in s["ops"] if o["fail"]]
+    lines += ["## Failures", ""]
+    if not failing:
+        lines.append("None.")
+    else:
+        lines += ["| op | failed | first failure |", "|---|---:|---|"]
+        for o in sorted(failing, key=lambda o: -o["fail"]):
+            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
+    lines.append("")
+    (out_dir / "ops_compiled.md").write_text("\n".join(lines) + "\n")
+
+
+def summarize(results: list[dict]) -> dict:
+    s = _ops.summarize(results)
+    for o in s["ops"]:
+        total: dict[str, int] = {}
+        for counts in o["counts"].values():
+            for k, n in counts.items():
+                total[k] = total.get(k, 0) + n
+        o["counts_total"] = total
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _ops.add_sweep_args(p, core_help="only opinfo_sweep's core ops", dtypes=DTYPES)
+    p.add_argument("--max-samples", type=positive(int), default=MAX_SAMPLES,
+                   help="samples per op and dtype (default %(default)s)")
+    args = p.parse_args(argv)
+    keys, dtypes = _ops.selected_ops(p, args)
+    start = time.perf_counter()
+    results = run_sweep(keys, args.workers, args.timeout, dtypes, args.max_samples)
+    seconds = time.perf_counter() - start
+    s = summarize(results)
+    print(f"{s['samples_passed']} passed, {s['samples_failed']} failed "
+          f"({100 * s['pass_rate']:.2f}% of {s['samples_run']} compiled samples) in {seconds:.0f} s")
+    for o in s["ops"]:
+        if o["fail"]:
+            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+    if not args.no_write:
+        cmd = "python -m torch_neuronx.testing.compiled_ops_sweep"
+        cmd += f" --ops {args.ops}" if args.ops else " --core" if args.core else ""
+        if dtypes != DTYPES:
+            cmd += f" --dtypes {args.dtypes}"
+        if args.max_samples != MAX_SAMPLES:
+            cmd += f" --max-samples {args.max_samples}"
+        write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.max_samples)
+    return 0 if s["samples_failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())
