@@ -298,3 +298,31 @@ def test_summary_counts_crashes_as_failures():
     s = fake_sweep.summarize(results)
     assert (s["samples_pass"], s["samples_fail"], s["samples_upstream"], s["samples"]) == (3, 1, 2, 6)
     assert s["reasons"][0]["ops"] == ["a"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_channels_last_convolution_fake_describes_the_device_run(dtype, transposed):
+    # The fake kernel says a neuron convolution's results are contiguous; CPU's kernels keep
+    # channels-last inputs channels-last, so the device must make its results match.
+    conv = F.conv_transpose2d if transposed else F.conv2d
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 3, 6, 6, generator=g, dtype=dtype), torch.randn(3, 3, 3, 3, generator=g, dtype=dtype)
+    x, w = (t.to("neuron").to(memory_format=torch.channels_last).requires_grad_() for t in (x, w))
+    problems = fake_sweep.check_fake(lambda a, b: conv(a, b, stride=2, padding=1), x, w, grad=True)
+    assert problems == [], problems
+
+
+def test_compiled_bf16_convolution_equals_eager():
+    # Inductor lays bfloat16 convolution inputs out channels-last for the device and then
+    # checks the result's strides against the fake run.
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(1, 3, 4, 4, generator=g), torch.randn(3, 3, 3, 3, generator=g), torch.randn(3, generator=g)
+    x, w, b = (t.to("neuron", torch.bfloat16) for t in (x, w, b))
+    f = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=2)  # noqa: E731
+    torch._dynamo.reset()
+    actual = torch.compile(f, backend="neuron")(x, w, b)
+    # Inductor adds the bias in float32 before rounding once; eager rounds the convolution
+    # first: a bfloat16 rounding step apart near zero.
+    torch.testing.assert_close(actual.cpu(), f(x, w, b).cpu(), rtol=1.6e-2, atol=1.6e-2)
+    assert actual.is_contiguous()

@@ -329,6 +329,29 @@ void neuron_record_stream(at::Tensor& self, c10::Stream stream) {
   neuron_allocator()->recordStream(self.storage().data_ptr(), stream);
 }
 
+// PyTorch's fake convolution describes a PrivateUse1 result as contiguous (the Overrideable
+// backend's memory format), while CPU's kernels keep channels-last inputs channels-last.
+// Compiled code lays memory out from the fake result, so the device returns what it describes.
+void make_contiguous(at::Tensor& t) {
+  if (t.defined() && !t.is_contiguous()) t = t.contiguous();
+}
+
+void make_contiguous(std::tuple<at::Tensor, at::Tensor, at::Tensor>& t) {
+  std::apply([](auto&... x) { (make_contiguous(x), ...); }, t);
+}
+
+template <class Op, class Sig = typename Op::schema>
+struct ContiguousResults;
+
+template <class Op, class R, class... Args>
+struct ContiguousResults<Op, R(Args...)> {
+  static R run(Args... args) {
+    R r = NeuronKernel<Op, false>::run(std::forward<Args>(args)...);
+    make_contiguous(r);
+    return r;
+  }
+};
+
 }  // namespace
 
 #define NEURON_KERNEL(schema, op, allow_cpu) \
@@ -365,9 +388,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("addmv", addmv, false);
   NEURON_KERNEL("dot", dot, false);
   // conv*d and conv_transpose*d reach these; CPU's own algorithm selection (oneDNN or
-  // the native kernels) then runs on the aliases.
-  NEURON_KERNEL("convolution", convolution, false);
-  NEURON_KERNEL("convolution_backward", convolution_backward, false);
+  // the native kernels) then runs on the aliases, and results are contiguous (see above).
+  m.impl("convolution", TORCH_FN((ContiguousResults<at::_ops::convolution>::run)));
+  m.impl("convolution_backward", TORCH_FN((ContiguousResults<at::_ops::convolution_backward>::run)));
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu", _scaled_dot_product_flash_attention_for_cpu, false);
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu_backward", _scaled_dot_product_flash_attention_for_cpu_backward, false);
   NEURON_KERNEL("add.Tensor", add_Tensor, false);
