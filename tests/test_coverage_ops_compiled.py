@@ -74,6 +74,18 @@ def test_sweep_detects_wrong_compiled_code(monkeypatch, fn, check, message):
     assert r["failures"][0]["check"] == check and message in r["failures"][0]["message"], r["failures"]
 
 
+def test_low_precision_is_judged_against_float32_too(monkeypatch):
+    # bfloat16 may match the op in float32 rounded once instead of eager; a wrong result matches neither.
+    opinfo_sweep._find_op("add")
+    wrong = OpInfo("fake_bf16", op=lambda x: x * 2 + (0.5 if torch.compiler.is_compiling() else 0.0),
+                   dtypes=floating_types() + (torch.bfloat16,), sample_inputs_func=_samples)
+    monkeypatch.setitem(opinfo_sweep._OPS_BY_KEY, "fake_bf16", wrong)
+    r = compiled_ops_sweep.check_op("fake_bf16", (torch.bfloat16,))
+    assert r["counts"]["bfloat16"].get("fail", 0) == 2, r
+    r = compiled_ops_sweep.check_op("log_softmax", (torch.bfloat16,))
+    assert r["counts"]["bfloat16"].get("fail", 0) == 0, r["failures"]
+
+
 def test_a_compile_error_is_a_failure(monkeypatch):
     def broken(fn):
         def run(*args, **kwargs):
