@@ -393,10 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             first = o["failures"][0]["message"] if o["failures"] else f"{o['status']}: {o['error']}"
             print(f"  FAIL {o['op']}: {o['fail']} samples; {first[:200]}")
     if not args.no_write:
-        cmd = "python -m torch_neuronx.testing.fake_sweep" + (" --dynamic" if args.dynamic else "")
-        cmd += f" --ops {args.ops}" if args.ops else ""
-        if dtypes != DTYPES:
-            cmd += f" --dtypes {args.dtypes}"
+        cmd = _ops.regenerate_command("torch_neuronx.testing.fake_sweep", args, DTYPES,
+                                      *(["--dynamic"] if args.dynamic else []))
         write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.dynamic)
     return 0 if s["samples_fail"] == 0 else 1
 

@@ -482,19 +482,13 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
             f"{kind} {summary['checks'].get(kind, 0)} ({summary['checks'].get(kind + '_passed', 0)})"
             for kind in ("forward", "grad", "inplace", "out", "out_strided")) + ".",
         "",
-        "| dtype | samples passed | rate | raised on CPU |",
-        "|---|---:|---:|---:|",
+        *dtype_rows(summary, meta["dtypes"]),
+        "",
     ]
-    for dt in meta["dtypes"]:
-        c = summary["dtypes"].get(dt, {})
-        ran = c.get("pass", 0) + c.get("fail", 0)
-        rate = f"{100 * c.get('pass', 0) / ran:.2f}%" if ran else "—"
-        lines.append(f"| {dt} | {c.get('pass', 0)} of {ran} | {rate} | {c.get('cpu-error', 0)} |")
-    lines.append("")
     if failing:
         lines += ["## Failures", "", "| op | failed | first failure |", "|---|---:|---|"]
         for o in sorted(failing, key=lambda o: -o["fail"]):
-            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            first = first_failure(o)
             msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
             lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
         lines.append("")
@@ -563,6 +557,34 @@ def selected_ops(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
     return keys, dtypes
 
 
+def regenerate_command(module: str, args: argparse.Namespace, default_dtypes: tuple[torch.dtype, ...],
+                       *extra: str) -> str:
+    """The command line that reproduces a report made with `add_sweep_args`'s options."""
+    cmd = " ".join([f"python -m {module}", *extra])
+    cmd += f" --ops {args.ops}" if args.ops else " --core" if args.core else ""
+    if tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()) != default_dtypes:
+        cmd += f" --dtypes {args.dtypes}"
+    return cmd
+
+
+def first_failure(o: dict) -> dict:
+    """The first kept failure of a summarized op, or its crash/timeout as one."""
+    return o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+
+
+def dtype_rows(summary: dict, dtype_names: list[str], cpu_error: bool = True) -> list[str]:
+    """The report's markdown table of samples passed per dtype."""
+    lines = ["| dtype | samples passed | rate |" + (" raised on CPU |" if cpu_error else ""),
+             "|---|---:|---:|" + ("---:|" if cpu_error else "")]
+    for dt in dtype_names:
+        c = summary["dtypes"].get(dt, {})
+        ran = c.get("pass", 0) + c.get("fail", 0)
+        rate = f"{100 * c.get('pass', 0) / ran:.2f}%" if ran else "—"
+        lines.append(f"| {dt} | {c.get('pass', 0)} of {ran} | {rate} |" + (f" {c.get('cpu-error', 0)} |" if cpu_error
+                                                                              else ""))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, core_help="only the core ops that `make test` checks")
@@ -577,12 +599,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s")  # fmt: skip
     for o in summary["ops"]:
         if o["fail"]:
-            first = o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
+            first = first_failure(o)
             print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
     if not args.no_write:
-        cmd = "python -m torch_neuronx.testing.opinfo_sweep" + (f" --ops {args.ops}" if args.ops else "")
-        if dtypes != DTYPES:
-            cmd += f" --dtypes {args.dtypes}"
+        cmd = regenerate_command("torch_neuronx.testing.opinfo_sweep", args, DTYPES)
         write_report(summary, Path(args.out_dir), cmd, seconds, args.workers, dtypes)
     return 0 if summary["samples_failed"] == 0 else 1
 
