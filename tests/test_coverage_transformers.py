@@ -80,6 +80,23 @@ def test_checker_reports_a_wrong_compiled_result(monkeypatch):
     r = sweep.check_one_arch("llama")
     assert r["status"] == "fail" and r["stage"] == "compiled", _explain(r)
     assert r["reason"].startswith("vs eager neuron: ") and "logits" in r["reason"], r["reason"]
+    assert r["stages"]["step"] == "pass", _explain(r)  # the step ran on eager's gradients
+
+
+def test_compiled_stage_leaves_eager_gradients(monkeypatch):
+    real = sweep._stage_backward
+
+    def backward(model, batch):
+        out = real(model, batch)
+        if model._compiled_call_impl is not None:  # the compiled stage's own run: spoil its grads
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.add_(1.0)
+        return out
+
+    monkeypatch.setattr(sweep, "_stage_backward", backward)
+    r = sweep.check_one_arch("llama")
+    assert r["stages"]["compiled"] == "pass" and r["stages"]["step"] == "pass", _explain(r)
 
 
 def test_graph_breaks_are_counted(monkeypatch):
@@ -140,7 +157,9 @@ def test_report_files(tmp_path):
     assert [r["arch"] for r in data["results"]] == [r["arch"] for r in FABRICATED]
     text = md.read_text()
     assert "Pass rate: 2 / 5 = 40.0%" in text
-    failures = text.split("## Failures")[1].split("## CPU-unrunnable")[0]
+    failures = text.split("## Failures")[1].split("## Compiled stage not passing")[0]
+    not_compiled = text.split("## Compiled stage not passing")[1].split("## CPU-unrunnable")[0]
+    assert "c_fail" in not_compiled and "d_unrunnable" not in not_compiled
     unrunnable = text.split("## CPU-unrunnable")[1]
     for arch in ("c_fail", "e_crash", "f_timeout"):
         assert arch in failures
