@@ -220,6 +220,13 @@ def rank_slice(t: torch.Tensor, rank: int, nranks: int) -> torch.Tensor:
     return t[rank * n:(rank + 1) * n]
 
 
+# AdamW of the FSDP2 checkpoint checks (saved by parallel4.py, resumed by parallel2.py). eps 1e-6,
+# not 1e-8: Adam's first steps move a weight by ~lr * g / (|g| + eps), so for a gradient near eps
+# a rounding-level difference between sharded and full-batch sums (which varies with the CPU's
+# vector width) would move it by a sizeable fraction of lr.
+ADAMW = dict(lr=1e-2, weight_decay=0.1, eps=1e-6)
+
+
 def lm_loss(model, ids: torch.Tensor) -> torch.Tensor:
     return model(input_ids=ids, labels=ids).loss
 

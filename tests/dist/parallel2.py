@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from _common import (
-    RANK, WORLD, assert_close, assert_equal, assert_params_close, clone, init,
+    ADAMW, RANK, WORLD, assert_close, assert_equal, assert_params_close, clone, init,
     llama_tp_plan, lm_loss, log, main, rank_slice, tiny_llama, token_batches, train_reference,
 )
 
@@ -503,7 +503,7 @@ def check_dcp_reshard():
     ref_path = os.path.join(CKPT_DIR, "reference.pt")
     assert os.path.exists(ref_path), f"no checkpoint from parallel4.py in {CKPT_DIR}"
     saved = torch.load(ref_path)
-    make_opt = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)  # noqa: E731
+    make_opt = lambda m: torch.optim.AdamW(m.parameters(), **ADAMW)  # noqa: E731
 
     mesh = mesh_1d()
     model = tiny_llama(seed=123).to(DEVICE)  # not the saved weights

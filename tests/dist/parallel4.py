@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from _common import (
-    RANK, WORLD, assert_close, assert_equal, assert_params_close, clone, full, init, llama_tp_plan,
+    ADAMW, RANK, WORLD, assert_close, assert_equal, assert_params_close, clone, full, init, llama_tp_plan,
     lm_loss, log, main, rank_slice, tiny_llama, token_batches, train_reference,
 )
 
@@ -88,7 +88,7 @@ def _fsdp_adamw(seed: int):
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    return model, torch.optim.AdamW(model.parameters(), **ADAMW)
 
 
 def _train(model, opt, batches):
@@ -121,7 +121,7 @@ def check_dcp_save():
     model, opt = _fsdp_adamw(seed=0)
     _train(model, opt, batches[:2])
     ref = tiny_llama(seed=0)
-    train_reference(ref, batches[:2], lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1))
+    train_reference(ref, batches[:2], lambda m: torch.optim.AdamW(m.parameters(), **ADAMW))
     assert_params_close(model, ref, "FSDP2 AdamW training")
 
     msd, osd = get_state_dict(model, opt)
