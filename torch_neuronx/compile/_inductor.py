@@ -128,6 +128,45 @@ def _patch_host_device_checks() -> None:
         return orig_heuristics(self, "cpu" if device_type == DEVICE else device_type)
 
     choices.InductorChoices.get_config_heuristics = get_config_heuristics
+    _patch_cat_lowering()
+
+
+def _patch_cat_lowering() -> None:
+    # Inductor lowers cat on the CPU to a ConcatKernel (each input copied into its slice), never
+    # to the masked pointwise cat it uses on GPUs: the C++ vectorizer does not handle every masked
+    # load of that form (mixed int64/float masks fail to compile), and it is slower on the CPU.
+    # The same choice for neuron, after the original's input handling (dtype promotion, empties).
+    import torch
+    import torch._inductor.config as config
+    import torch._inductor.ir as ir
+    import torch._inductor.lowering as lowering
+    from torch._inductor.virtualized import V
+
+    aten = torch.ops.aten
+    orig = lowering.lowerings[aten.cat.default]
+    if getattr(orig, "_neuron_patched", False):
+        return
+
+    def cat(inputs, dim=0):
+        device = inputs[0].get_device() if inputs else None
+        if device is None or device.type != DEVICE or config.force_pointwise_cat or len(inputs) == 1:
+            return orig(inputs, dim)
+        kept = [t for t in inputs if not (len(t.get_size()) == 1
+                                          and V.graph.sizevars.statically_known_equals(t.get_size()[0], 0))]
+        if len(kept) <= 1:  # ATen's cat skips 1-D empty tensors
+            return orig(inputs, dim)
+        if all(t.get_dtype() in (torch.int8, torch.uint8) for t in kept):  # not vectorized: eager, as on the CPU
+            for t in inputs:
+                t.realize()
+            return lowering.fallback_handler(aten.cat.default)(inputs, dim)
+        dim = lowering._validate_dim(kept[0], dim, 0)
+        dtype = lowering.get_promoted_dtype(*kept, type_promotion_kind=lowering.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        return lowering.TensorBox(ir.ConcatKernel.create([lowering.to_dtype(t, dtype) for t in kept], dim))
+
+    cat._neuron_patched = True
+    for key, fn in list(lowering.lowerings.items()):
+        if fn is orig:
+            lowering.lowerings[key] = cat
 
 
 def register() -> None:
