@@ -42,8 +42,13 @@ def test_architecture_matches_cpu(arch):
 @pytest.mark.parametrize("arch", ["reformer", "prophetnet"])
 def test_compiled_stage_of_architectures_that_need_the_cpu_cat_lowering(arch):
     # Inductor's masked pointwise cat (its GPU lowering) failed to compile for these; neuron
-    # lowers cat as the CPU does.
-    r = sweep.check_one_arch(arch)
+    # lowers cat as the CPU does. Compiled afresh: a warm AOTAutograd cache entry of prophetnet's
+    # graph replays an _unsafe_view output alias with corrupted sizes (its deserialized ViewMeta),
+    # an open defect this test is not about.
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(enable_autograd_cache=False):
+        r = sweep.check_one_arch(arch)
     assert r["stages"]["compiled"] == "pass", _explain(r)
 
 
