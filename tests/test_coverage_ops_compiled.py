@@ -101,7 +101,7 @@ def test_a_compile_error_is_a_failure(monkeypatch):
 def test_max_samples_and_report(tmp_path):
     r = compiled_ops_sweep.check_op("mul", (torch.float32,), max_samples=1)
     assert r["counts"]["float32"]["pass"] == 1 and r["counts"]["float32"].get("skipped", 0) >= 1, r
-    s = compiled_ops_sweep.summarize([r])
+    s = opinfo_sweep.summarize([r])
     compiled_ops_sweep.write_report(s, tmp_path, "cmd", 1.0, 1, (torch.float32,), 1)
     text = (tmp_path / "ops_compiled.md").read_text()
     assert "**1 of 1 samples pass (100.00%)**" in text and "## Failures\n\nNone." in text

@@ -149,7 +149,7 @@ def _patch_cat_lowering() -> None:
 
     def cat(inputs, dim=0):
         device = inputs[0].get_device() if inputs else None
-        if device is None or device.type != DEVICE or config.force_pointwise_cat or len(inputs) == 1:
+        if device is None or device.type != DEVICE or config.force_pointwise_cat:
             return orig(inputs, dim)
         kept = [t for t in inputs if not (len(t.get_size()) == 1
                                           and V.graph.sizevars.statically_known_equals(t.get_size()[0], 0))]

@@ -44,7 +44,7 @@ from torch_neuronx.testing._pool import positive
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 MAX_SAMPLES = 3
 # fallback_random: Inductor's own random numbers differ from eager's by design; the aten ops
-# draw eager's stream. The rest keeps a failing sample from being retried or hidden.
+# draw eager's stream.
 OPTIONS = {"fallback_random": True}
 
 
@@ -134,8 +134,8 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
             "wall_seconds": round(seconds, 1), "workers": workers, "python": platform.python_version()}
     (out_dir / "ops_compiled.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
     s = summary
-    skipped = sum(o["counts_total"].get("skipped", 0) for o in s["ops"])
-    eager_error = sum(o["counts_total"].get("eager-error", 0) for o in s["ops"])
+    skipped = sum(c.get("skipped", 0) for c in s["dtypes"].values())
+    eager_error = sum(c.get("eager-error", 0) for c in s["dtypes"].values())
     lines = [
         "# OpInfo samples compiled for `neuron`",
         "",
@@ -157,29 +157,8 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         *_ops.dtype_rows(s, meta["dtypes"], cpu_error=False),
         "",
     ]
-    failing = [o for o in s["ops"] if o["fail"]]
-    lines += ["## Failures", ""]
-    if not failing:
-        lines.append("None.")
-    else:
-        lines += ["| op | failed | first failure |", "|---|---:|---|"]
-        for o in sorted(failing, key=lambda o: -o["fail"]):
-            first = _ops.first_failure(o)
-            msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
-    lines.append("")
+    lines += ["## Failures", "", *(_ops.failure_rows(s["ops"]) if s["samples_failed"] else ["None."]), ""]
     (out_dir / "ops_compiled.md").write_text("\n".join(lines) + "\n")
-
-
-def summarize(results: list[dict]) -> dict:
-    s = _ops.summarize(results)
-    for o in s["ops"]:
-        total: dict[str, int] = {}
-        for counts in o["counts"].values():
-            for k, n in counts.items():
-                total[k] = total.get(k, 0) + n
-        o["counts_total"] = total
-    return s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,13 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = run_sweep(keys, args.workers, args.timeout, dtypes, args.max_samples)
     seconds = time.perf_counter() - start
-    s = summarize(results)
+    s = _ops.summarize(results)
     print(f"{s['samples_passed']} passed, {s['samples_failed']} failed "
           f"({100 * s['pass_rate']:.2f}% of {s['samples_run']} compiled samples) in {seconds:.0f} s")
-    for o in s["ops"]:
-        if o["fail"]:
-            first = _ops.first_failure(o)
-            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+    _ops.print_failures(s["ops"])
     if not args.no_write:
         cmd = _ops.regenerate_command("torch_neuronx.testing.compiled_ops_sweep", args, DTYPES)
         if args.max_samples != MAX_SAMPLES:

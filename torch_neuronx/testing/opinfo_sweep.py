@@ -486,12 +486,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         "",
     ]
     if failing:
-        lines += ["## Failures", "", "| op | failed | first failure |", "|---|---:|---|"]
-        for o in sorted(failing, key=lambda o: -o["fail"]):
-            first = first_failure(o)
-            msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
-        lines.append("")
+        lines += ["## Failures", "", *failure_rows(ops), ""]
     from torch_neuronx.testing.cuda_only_ops import markdown as cuda_only_markdown
 
     lines += [cuda_only_markdown(), ""]  # what neuron does for the ops no OpInfo sample can reach on CPU
@@ -572,6 +567,23 @@ def first_failure(o: dict) -> dict:
     return o["failures"][0] if o["failures"] else {"check": o["status"], "dtype": "", "message": o["error"]}
 
 
+def failure_rows(ops: list[dict]) -> list[str]:
+    """The report's markdown table of the ops with failing samples, most failures first."""
+    lines = ["| op | failed | first failure |", "|---|---:|---|"]
+    for o in sorted((o for o in ops if o["fail"]), key=lambda o: -o["fail"]):
+        first = first_failure(o)
+        msg = f"{first['check']} {first['dtype']}: {first['message']}".replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{o['op']}` | {o['fail']} of {o['pass'] + o['fail']} | {msg[:240]} |")
+    return lines
+
+
+def print_failures(ops: list[dict]) -> None:
+    for o in ops:
+        if o["fail"]:
+            first = first_failure(o)
+            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+
+
 def dtype_rows(summary: dict, dtype_names: list[str], cpu_error: bool = True) -> list[str]:
     """The report's markdown table of samples passed per dtype."""
     lines = ["| dtype | samples passed | rate |" + (" raised on CPU |" if cpu_error else ""),
@@ -597,10 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{summary['samples_passed']} passed, {summary['samples_failed']} failed "
           f"({100 * summary['pass_rate']:.2f}% of {summary['samples_run']} samples; "
           f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s")  # fmt: skip
-    for o in summary["ops"]:
-        if o["fail"]:
-            first = first_failure(o)
-            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+    print_failures(summary["ops"])
     if not args.no_write:
         cmd = regenerate_command("torch_neuronx.testing.opinfo_sweep", args, DTYPES)
         write_report(summary, Path(args.out_dir), cmd, seconds, args.workers, dtypes)
