@@ -61,6 +61,10 @@ def cases():
     vec = torch.randn(64, generator=g)
     mm32 = torch.randn(2048, 2048, generator=g)
     mm16 = mm32.to(torch.bfloat16)
+    # One token through a linear layer (a decode step): the device's matrix-vector path.
+    tok = torch.randn(1, 512, generator=g)
+    w_up = torch.randn(1376, 512, generator=g)
+    w_head = torch.randn(8000, 512, generator=g)
     big = torch.randn(64 * 2**20, generator=g)
     big_b = torch.randn(64 * 2**20, generator=g)
     return [
@@ -76,6 +80,8 @@ def cases():
         ("mm 2048^2 fp32", "large", (mm32, mm32), lambda a, b: a @ b, 3),
         ("mm 2048^2 bf16", "large", (mm16, mm16), lambda a, b: a @ b, 3),
         ("add 64M fp32", "large", (big, big_b), lambda a, b: a + b, 5),
+        ("mv 1376x512 fp32", "large", (tok, w_up), lambda x, w: x @ w.t(), 200),
+        ("mv 8000x512 fp32", "large", (tok, w_head), lambda x, w: x @ w.t(), 50),
     ]
 
 

@@ -110,7 +110,6 @@
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/min_ops.h>
 #include <ATen/ops/minimum_ops.h>
-#include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mode_ops.h>
 #include <ATen/ops/mse_loss_backward_ops.h>
 #include <ATen/ops/mse_loss_ops.h>
@@ -376,12 +375,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(neuron_set_empty));
   m.impl("record_stream", TORCH_FN(neuron_record_stream));
 
-  NEURON_KERNEL("mm", mm, false);
-  NEURON_KERNEL("mm.out", mm_out, false);
+  // mm, mm.out, addmm, addmm.out: matmul.cpp
   NEURON_KERNEL("bmm", bmm, false);
   NEURON_KERNEL("bmm.out", bmm_out, false);
-  NEURON_KERNEL("addmm", addmm, false);
-  NEURON_KERNEL("addmm.out", addmm_out, false);
   NEURON_KERNEL("addmm_", addmm_, false);
   NEURON_KERNEL("baddbmm", baddbmm, false);
   NEURON_KERNEL("baddbmm_", baddbmm_, false);

@@ -1,0 +1,262 @@
+// Matrix products on neuron, with a matrix-vector path of the device's own.
+//
+// mm and addmm run ATen's CPU kernels on device memory (kernel.h), except when one operand is a
+// single row or column: a batch-1 decode step, a linear layer applied to one token, a gradient
+// with respect to one input. There ATen hands fp32 to the BLAS, whose matrix-vector code reads
+// the matrix at well under the memory bandwidth on some hosts (MKL on AMD: a third of it). A
+// decode step is almost nothing else, so neuron computes these products itself, streaming the
+// matrix once at memory speed.
+//
+// Numerics: fp32 products accumulated in fp32 in a fixed order (per output element, whatever
+// the thread count), so results are deterministic; they may differ from the BLAS's in the last
+// bits, as two BLAS libraries do.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "aten/kernel.h"
+
+namespace torch_neuronx {
+namespace {
+
+using at::Tensor;
+
+// Below this many matrix elements the matrix is cache-resident and the BLAS is as fast.
+constexpr int64_t kMinElements = 1 << 16;
+constexpr int64_t kMinK = 32;
+
+// ---- kernels: written once, compiled for the baseline ISA and (on x86-64) for AVX2+FMA ----
+
+// dot(x, w) over K elements, in 32 interleaved partial sums combined pairwise.
+inline __attribute__((always_inline)) float dot_body(const float* __restrict x, const float* __restrict w, int64_t K) {
+  constexpr int L = 32;
+  float acc[L] = {};
+  int64_t k = 0;
+  for (; k + L <= K; k += L)
+    for (int j = 0; j < L; ++j) acc[j] += x[k + j] * w[k + j];
+  for (int j = 0; k < K; ++k, ++j) acc[j] += x[k] * w[k];
+  for (int s = L / 2; s > 0; s /= 2)
+    for (int j = 0; j < s; ++j) acc[j] += acc[j + s];
+  return acc[0];
+}
+
+// y[j] = sum_k x[k] * w[k * sk + j] for j < n, accumulated over k in order.
+inline __attribute__((always_inline)) void axpy_body(const float* __restrict x, const float* __restrict w, int64_t sk,
+                                                     int64_t K, float* __restrict y, int64_t n) {
+  std::memset(y, 0, n * sizeof(float));
+  for (int64_t k = 0; k < K; ++k) {
+    const float xk = x[k];
+    const float* __restrict row = w + k * sk;
+    for (int64_t j = 0; j < n; ++j) y[j] += xk * row[j];
+  }
+}
+
+void dots_base(const float* x, const float* w, int64_t sn, int64_t K, float* y, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) y[n - n0] = dot_body(x, w + n * sn, K);
+}
+void axpy_base(const float* x, const float* w, int64_t sk, int64_t K, float* y, int64_t n) {
+  axpy_body(x, w, sk, K, y, n);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) void dots_avx2(const float* x, const float* w, int64_t sn, int64_t K, float* y,
+                                                    int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) y[n - n0] = dot_body(x, w + n * sn, K);
+}
+__attribute__((target("avx2,fma"))) void axpy_avx2(const float* x, const float* w, int64_t sk, int64_t K, float* y,
+                                                    int64_t n) {
+  axpy_body(x, w, sk, K, y, n);
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+#endif
+
+void dots(const float* x, const float* w, int64_t sn, int64_t K, float* y, int64_t n0, int64_t n1) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx2()) return dots_avx2(x, w, sn, K, y, n0, n1);
+#endif
+  dots_base(x, w, sn, K, y, n0, n1);
+}
+
+void axpy(const float* x, const float* w, int64_t sk, int64_t K, float* y, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx2()) return axpy_avx2(x, w, sk, K, y, n);
+#endif
+  axpy_base(x, w, sk, K, y, n);
+}
+
+// ---- the product as a matrix-vector one ------------------------------------------------------
+
+// a [M, K] @ b [K, N] with M == 1 or N == 1, seen as v[n] = sum_k x[k] * w[k * sk + n * sn]
+// for n < len: with M == 1, x is a's row and w is b; with N == 1, x is b's column and w is a
+// transposed. Element n of the result is at (0, n) or (n, 0) of the [M, N] output.
+struct MatVec {
+  const float* x;
+  const float* w;
+  int64_t K, len, sk, sn;
+  bool row;  // M == 1: the result is a row
+  std::vector<float> x_copy;
+
+  // Strides of the result (or of an [M, N] tensor laid out like it) along n.
+  int64_t along(const Tensor& mn) const { return row ? mn.stride(1) : mn.stride(0); }
+
+  // out[n] = alpha * v[n] (+ beta * bias[n] when bias is given and beta != 0).
+  void run(float* out, int64_t os, const float* bias, int64_t bs, float alpha, float beta) const {
+    const bool add_bias = bias != nullptr && beta != 0.0f;  // beta == 0 ignores self, as BLAS does
+    auto finish = [&](const float* v, int64_t n0, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        float r = alpha == 1.0f ? v[j] : alpha * v[j];
+        if (add_bias) r += beta * bias[(n0 + j) * bs];
+        out[(n0 + j) * os] = r;
+      }
+    };
+    if (sk == 1) {
+      // Rows of w are contiguous: one dot product per output element.
+      int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / K);
+      at::parallel_for(0, len, grain, [&](int64_t b, int64_t e) {
+        std::vector<float> v(e - b);
+        dots(x, w, sn, K, v.data(), b, e);
+        finish(v.data(), b, e - b);
+      });
+    } else {
+      // Columns of w are contiguous: accumulate rows of w into a span of outputs.
+      constexpr int64_t kSpan = 1 << 14;  // accumulators stay in L1/L2
+      int64_t grain = std::max<int64_t>(256, (int64_t{1} << 15) / K);
+      at::parallel_for(0, len, grain, [&](int64_t b, int64_t e) {
+        std::vector<float> v(std::min(kSpan, e - b));
+        for (int64_t n0 = b; n0 < e; n0 += kSpan) {
+          int64_t n = std::min(kSpan, e - n0);
+          axpy(x, w + n0, sk, K, v.data(), n);
+          finish(v.data(), n0, n);
+        }
+      });
+    }
+  }
+};
+
+bool dense_float(const Tensor& t) {
+  return t.defined() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat && t.has_storage() &&
+         !t.is_neg() && t.data_ptr() != nullptr;
+}
+
+std::optional<MatVec> plan(const Tensor& a, const Tensor& b) {
+  if (a.dim() != 2 || b.dim() != 2 || !dense_float(a) || !dense_float(b)) return std::nullopt;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  if (b.size(0) != K || K < kMinK || (M != 1 && N != 1)) return std::nullopt;
+  MatVec p;
+  p.row = M == 1;
+  p.K = K;
+  p.len = p.row ? N : M;
+  if (p.len * K < kMinElements) return std::nullopt;
+  const float* x;
+  int64_t sx;
+  if (p.row) {
+    x = a.const_data_ptr<float>(), sx = a.stride(1);
+    p.w = b.const_data_ptr<float>(), p.sk = b.stride(0), p.sn = b.stride(1);
+  } else {
+    x = b.const_data_ptr<float>(), sx = b.stride(0);
+    p.w = a.const_data_ptr<float>(), p.sk = a.stride(1), p.sn = a.stride(0);
+  }
+  if (p.len == 1) p.sn = 0;
+  if (p.sk != 1 && p.sn != 1) return std::nullopt;  // neither layout streams: the BLAS copes
+  if (sx != 1) {
+    p.x_copy.resize(K);
+    for (int64_t k = 0; k < K; ++k) p.x_copy[k] = x[k * sx];
+    x = p.x_copy.data();
+  }
+  p.x = x;
+  return p;
+}
+
+// An out= result the path may write directly: the right shape and dtype, sharing memory with
+// no input (the CPU kernels define what overlapping arguments do).
+bool writable_out(const Tensor& out, int64_t M, int64_t N, std::initializer_list<const Tensor*> inputs) {
+  if (!dense_float(out) || out.dim() != 2 || out.size(0) != M || out.size(1) != N) return false;
+  for (const Tensor* t : inputs) {
+    if (t->defined() && t->has_storage() && out.storage().is_alias_of(t->storage())) return false;
+  }
+  return true;
+}
+
+// addmm's self, broadcast to [M, N] (as ATen requires), as a pointer and a stride along n.
+std::optional<std::pair<const float*, int64_t>> bias_of(const Tensor& self, const MatVec& p, int64_t M, int64_t N) {
+  if (!dense_float(self) || self.dim() > 2) return std::nullopt;
+  auto fits = [](int64_t s, int64_t n) { return s == 1 || s == n; };
+  if ((self.dim() >= 1 && !fits(self.size(-1), N)) || (self.dim() == 2 && !fits(self.size(0), M))) {
+    return std::nullopt;  // not broadcastable: ATen's kernel raises its own error
+  }
+  Tensor e = self.expand({M, N});
+  return std::make_pair(e.const_data_ptr<float>(), p.along(e));
+}
+
+// Each op is ATen's with its CPU redispatch replaced where the path applies; NeuronKernel
+// (kernel.h) does the rest (aliases, device checks, counting, profiling) as for any op.
+struct Mm : at::_ops::mm {
+  static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
+    if (auto p = plan(a, b)) {
+      Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+      p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
+      return out;
+    }
+    return at::_ops::mm::redispatch(ks, a, b);
+  }
+};
+
+struct MmOut : at::_ops::mm_out {
+  static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
+    if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&a, &b})) {
+      p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
+      return out;
+    }
+    return at::_ops::mm_out::redispatch(ks, a, b, out);
+  }
+};
+
+struct Addmm : at::_ops::addmm {
+  static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
+                           const at::Scalar& beta, const at::Scalar& alpha) {
+    if (auto p = plan(a, b)) {
+      if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
+        Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+        p->run(out.mutable_data_ptr<float>(), p->along(out), bias->first, bias->second, alpha.to<float>(),
+               beta.to<float>());
+        return out;
+      }
+    }
+    return at::_ops::addmm::redispatch(ks, self, a, b, beta, alpha);
+  }
+};
+
+struct AddmmOut : at::_ops::addmm_out {
+  static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
+                            const at::Scalar& beta, const at::Scalar& alpha, Tensor& out) {
+    if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&self, &a, &b})) {
+      if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
+        p->run(out.mutable_data_ptr<float>(), p->along(out), bias->first, bias->second, alpha.to<float>(),
+               beta.to<float>());
+        return out;
+      }
+    }
+    return at::_ops::addmm_out::redispatch(ks, self, a, b, beta, alpha, out);
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", TORCH_FN((NeuronKernel<Mm, false>::run)));
+  m.impl("mm.out", TORCH_FN((NeuronKernel<MmOut, false>::run)));
+  m.impl("addmm", TORCH_FN((NeuronKernel<Addmm, false>::run)));
+  m.impl("addmm.out", TORCH_FN((NeuronKernel<AddmmOut, false>::run)));
+}
+
+}  // namespace torch_neuronx
