@@ -16,6 +16,7 @@ using namespace torch_neuronx;
 
 namespace torch_neuronx {
 void register_distributed(py::module_& parent);
+void register_nki(py::module_& parent);
 }
 
 namespace {
@@ -69,6 +70,7 @@ py::list pairs(const std::vector<std::pair<std::string, uint64_t>>& v) {
 
 PYBIND11_MODULE(_C, m) {
   register_distributed(m);
+  register_nki(m);
   static const int cpu_preferred_ops = register_cpu_kernel_preference();
   m.attr("_cpu_preferred_ops") = cpu_preferred_ops;
   m.doc() = "torch-neuronx native core";

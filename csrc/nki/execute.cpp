@@ -1,0 +1,587 @@
+// The executor: runs a verified program on simulated HBM/SBUF/PSUM.
+//
+// Every engine decodes its inputs to fp32, computes in fp32 and encodes the result to the
+// destination's dtype (numerics.h); copies between tensors of one dtype move bits. Tiles are
+// processed whole: an access is gathered into a dense [partitions, free] fp32 buffer, the
+// operation runs over it, and the result is scattered back.
+#include "nki/execute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "nki/numerics.h"
+
+namespace neuron::nki {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+float alu(Alu op, float a, float b) {
+  switch (op) {
+    case Alu::kAdd: return a + b;
+    case Alu::kSubtract: return a - b;
+    case Alu::kMultiply: return a * b;
+    case Alu::kDivide: return a / b;
+    case Alu::kMaximum: return std::fmax(a, b);
+    case Alu::kMinimum: return std::fmin(a, b);
+    case Alu::kPower: return std::pow(a, b);
+    case Alu::kAbsMax: return std::fabs(a) >= std::fabs(b) ? a : b;
+    case Alu::kAbsMin: return std::fabs(a) <= std::fabs(b) ? a : b;
+    case Alu::kEqual: return a == b;
+    case Alu::kNotEqual: return a != b;
+    case Alu::kGreater: return a > b;
+    case Alu::kGreaterEqual: return a >= b;
+    case Alu::kLess: return a < b;
+    case Alu::kLessEqual: return a <= b;
+    case Alu::kLogicalAnd: return (a != 0) && (b != 0);
+    case Alu::kLogicalOr: return (a != 0) || (b != 0);
+    case Alu::kLogicalXor: return (a != 0) != (b != 0);
+    case Alu::kBitwiseAnd: return static_cast<float>(static_cast<int64_t>(a) & static_cast<int64_t>(b));
+    case Alu::kBitwiseOr: return static_cast<float>(static_cast<int64_t>(a) | static_cast<int64_t>(b));
+    case Alu::kBitwiseXor: return static_cast<float>(static_cast<int64_t>(a) ^ static_cast<int64_t>(b));
+    case Alu::kLeftShift: return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(a)) << static_cast<int>(b));
+    case Alu::kRightShift: return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(a)) >> static_cast<int>(b));
+    case Alu::kAbs: return std::fabs(a);
+    case Alu::kSquare: return a * a;
+    case Alu::kRelu: return a > 0 ? a : 0.0f;
+    case Alu::kRsqrt: return 1.0f / std::sqrt(a);
+    case Alu::kReciprocal: return 1.0f / a;
+    case Alu::kBypass: return a;
+    case Alu::kAverage: return a + b;  // summed, divided by the count afterwards
+  }
+  return kNaN;
+}
+
+bool alu_unary(Alu op) {
+  return op == Alu::kAbs || op == Alu::kSquare || op == Alu::kRelu || op == Alu::kRsqrt || op == Alu::kReciprocal ||
+         op == Alu::kBypass;
+}
+
+float identity_of(Alu op) {
+  switch (op) {
+    case Alu::kMultiply: case Alu::kLogicalAnd: return 1.0f;
+    case Alu::kMaximum: return -std::numeric_limits<float>::infinity();
+    case Alu::kMinimum: return std::numeric_limits<float>::infinity();
+    case Alu::kBitwiseAnd: return -1.0f;
+    default: return 0.0f;
+  }
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+float act(Act op, float x) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  constexpr float kInvSqrtPi2 = 0.3989422804014327f;  // 1/sqrt(2*pi)
+  switch (op) {
+    case Act::kCopy: return x;
+    case Act::kExp: return std::exp(x);
+    case Act::kLog: return std::log(x);
+    case Act::kTanh: return std::tanh(x);
+    case Act::kSigmoid: return sigmoid(x);
+    case Act::kRelu: return x > 0 ? x : 0.0f;
+    case Act::kGelu: return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+    case Act::kGeluApprxTanh:
+      return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case Act::kGeluApprxSigmoid: return x * sigmoid(1.702f * x);
+    case Act::kSilu: return x * sigmoid(x);
+    case Act::kSqrt: return std::sqrt(x);
+    case Act::kRsqrt: return 1.0f / std::sqrt(x);
+    case Act::kReciprocal: return 1.0f / x;
+    case Act::kSquare: return x * x;
+    case Act::kAbs: return std::fabs(x);
+    case Act::kSign: return static_cast<float>((x > 0) - (x < 0));
+    case Act::kSin: return std::sin(x);
+    case Act::kCos: return std::cos(x);
+    case Act::kArctan: return std::atan(x);
+    case Act::kSoftplus: return softplus(x);
+    case Act::kMish: return x * std::tanh(softplus(x));
+    case Act::kErf: return std::erf(x);
+    case Act::kGeluDx:
+      return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrtPi2 * std::exp(-0.5f * x * x);
+    case Act::kSiluDx: { float s = sigmoid(x); return s * (1.0f + x * (1.0f - s)); }
+    case Act::kErfDx: return 1.1283791670955126f * std::exp(-x * x);
+    case Act::kNegative: return -x;
+  }
+  return kNaN;
+}
+
+// Calls f(element_offset, element_stride, count, dense_index) for each innermost run of a.
+template <class F>
+void for_runs(const Access& a, F&& f) {
+  const size_t nd = a.dims.size();
+  if (nd == 0) {
+    f(a.offset, 1, 1, 0);
+    return;
+  }
+  const int64_t inner = a.dims[nd - 1].size, inner_stride = a.dims[nd - 1].stride;
+  int64_t idx[8] = {0};
+  int64_t dense = 0;
+  int64_t outer = 1;
+  for (size_t i = 0; i + 1 < nd; ++i) outer *= a.dims[i].size;
+  for (int64_t r = 0; r < outer; ++r) {
+    int64_t off = a.offset;
+    for (size_t i = 0; i + 1 < nd; ++i) off += idx[i] * a.dims[i].stride;
+    f(off, inner_stride, inner, dense);
+    dense += inner;
+    for (int64_t i = static_cast<int64_t>(nd) - 2; i >= 0; --i) {
+      if (++idx[i] < a.dims[i].size) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+struct Program::State {
+  Program& p;
+  const std::vector<void*>& ext;
+  float act_regs[128] = {};
+  std::vector<float> buf[6];
+
+  uint8_t* base(int t) const {
+    const TensorDecl& d = p.k_.tensors[t];
+    if (d.external >= 0) return static_cast<uint8_t*>(ext.at(d.external));
+    return p.arena_.data() + p.offset_[t];
+  }
+  DType dt(const Access& a) const { return p.k_.tensors[a.tensor].dtype; }
+  Buffer bufkind(const Access& a) const { return p.k_.tensors[a.tensor].buffer; }
+
+  float* gather(const Access& a, int slot) {
+    std::vector<float>& v = buf[slot];
+    v.resize(a.elements());
+    const DType d = dt(a);
+    const size_t es = dtype_size(d);
+    uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { decode_run(d, b + off * es, stride, n, v.data() + at); });
+    return v.data();
+  }
+  void scatter(const Access& a, const float* in) {
+    const DType d = dt(a);
+    const size_t es = dtype_size(d);
+    uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { encode_run(d, in + at, n, b + off * es, stride); });
+  }
+  // Same-dtype copy: bits move unchanged (integers above 2**24, NaN payloads).
+  void copy_raw(const Access& dst, const Access& src) {
+    const size_t es = dtype_size(dt(src));
+    std::vector<uint8_t> tmp(src.elements() * es);
+    uint8_t* sb = base(src.tensor);
+    for_runs(src, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+      if (stride == 1) {
+        std::memcpy(tmp.data() + at * es, sb + off * es, n * es);
+      } else {
+        for (int64_t i = 0; i < n; ++i) std::memcpy(tmp.data() + (at + i) * es, sb + (off + i * stride) * es, es);
+      }
+    });
+    uint8_t* db = base(dst.tensor);
+    for_runs(dst, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+      if (stride == 1) {
+        std::memcpy(db + off * es, tmp.data() + at * es, n * es);
+      } else {
+        for (int64_t i = 0; i < n; ++i) std::memcpy(db + (off + i * stride) * es, tmp.data() + (at + i) * es, es);
+      }
+    });
+  }
+  void copy(const Access& dst, const Access& src) {
+    if (dt(dst) == dt(src)) return copy_raw(dst, src);
+    scatter(dst, gather(src, 0));
+  }
+  // The per-partition value of an optional (P, 1) operand, or the immediate.
+  std::vector<float> column(const Access& a, double imm, int64_t P, int slot) {
+    std::vector<float> c(P, static_cast<float>(imm));
+    if (a.present()) {
+      const float* v = gather(a, slot);
+      std::copy(v, v + P, c.begin());
+    }
+    return c;
+  }
+
+  // Marks/queries "a matmul has written this PSUM element" (first write overwrites).
+  uint8_t* written_flags(int t) { return p.psum_written_.data() + p.offset_[t]; }
+
+  void matmul(const Instr& in) {
+    const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
+    const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
+    const float* S = gather(st, 1);  // [K, M]
+    const float* V = gather(mv, 2);  // [K, N]
+    std::vector<float>& R = buf[3];
+    R.assign(M * N, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float* vrow = V + k * N;
+      for (int64_t m = 0; m < M; ++m) {
+        const float s = S[k * M + m];
+        float* r = R.data() + m * N;
+        for (int64_t n = 0; n < N; ++n) r[n] += s * vrow[n];
+      }
+    }
+    // PSUM: accumulate=None -> the first matmul write to an element overwrites it, later
+    // ones add; accumulate=False always overwrites, True always adds.
+    const int64_t acc = in.ints.empty() ? -1 : in.ints[0];
+    float* old = gather(dst, 0);
+    uint8_t* flags = written_flags(dst.tensor);
+    int64_t i = 0;
+    for_runs(dst, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+      for (int64_t j = 0; j < n; ++j, ++i) {
+        uint8_t& w = flags[off + j * stride];
+        const bool add = acc == 1 || (acc == -1 && w);
+        old[at + j] = add ? old[at + j] + R[at + j] : R[at + j];
+        w = 1;
+      }
+    });
+    scatter(dst, old);
+  }
+
+  void transpose(const Instr& in) {
+    const Access &dst = in.args[0], &src = in.args[1];
+    const int64_t P = src.partitions(), F = src.free_elements();
+    const float* x = gather(src, 0);
+    std::vector<float>& y = buf[1];
+    y.resize(P * F);
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t f = 0; f < F; ++f) y[f * P + p] = x[p * F + f];
+    scatter(dst, y.data());
+  }
+
+  void affine(const Instr& in, int first_pair, const Access& dst, std::vector<float>& out) {
+    const int64_t P = dst.partitions(), F = dst.free_elements();
+    const int64_t offset = in.ints[first_pair - 2], cm = in.ints[first_pair - 1];
+    std::vector<std::pair<int64_t, int64_t>> pat;  // (step, num), outermost first
+    for (size_t i = first_pair; i + 1 < in.ints.size(); i += 2) pat.emplace_back(in.ints[i], in.ints[i + 1]);
+    out.resize(P * F);
+    for (int64_t p = 0; p < P; ++p) {
+      for (int64_t f = 0; f < F; ++f) {
+        int64_t v = offset + p * cm, rem = f;
+        for (int64_t k = static_cast<int64_t>(pat.size()) - 1; k >= 0; --k) {
+          v += (rem % pat[k].second) * pat[k].first;
+          rem /= pat[k].second;
+        }
+        out[p * F + f] = static_cast<float>(static_cast<int32_t>(v));
+      }
+    }
+  }
+
+  void exec(const Instr& in) {
+    const auto& a = in.args;
+    switch (in.op) {
+      case Op::kDmaCopy:
+      case Op::kTensorCopy:
+        copy(a[0], a[1]);
+        return;
+      case Op::kMemset: {
+        std::vector<float>& v = buf[0];
+        v.assign(a[0].elements(), static_cast<float>(in.floats.at(0)));
+        scatter(a[0], v.data());
+        return;
+      }
+      case Op::kIota:
+        affine(in, 2, a[0], buf[0]);
+        scatter(a[0], buf[0].data());
+        return;
+      case Op::kAffineSelect: {
+        affine(in, 3, a[0], buf[4]);
+        const Alu cmp = static_cast<Alu>(in.ints[0]);
+        float* t = gather(a[1], 1);
+        const float f = static_cast<float>(in.floats.at(0));
+        for (size_t i = 0; i < buf[4].size(); ++i) t[i] = alu(cmp, buf[4][i], 0.0f) != 0 ? t[i] : f;
+        scatter(a[0], t);
+        return;
+      }
+      case Op::kMatmul: matmul(in); return;
+      case Op::kTranspose: transpose(in); return;
+      case Op::kTensorTensor: {
+        const Alu op = static_cast<Alu>(in.ints[0]);
+        float* x = gather(a[1], 0);
+        const float* y = gather(a[2], 1);
+        const int64_t n = a[0].elements();
+        switch (op) {  // the hot ones without the switch per element
+          case Alu::kAdd: for (int64_t i = 0; i < n; ++i) x[i] += y[i]; break;
+          case Alu::kSubtract: for (int64_t i = 0; i < n; ++i) x[i] -= y[i]; break;
+          case Alu::kMultiply: for (int64_t i = 0; i < n; ++i) x[i] *= y[i]; break;
+          default: for (int64_t i = 0; i < n; ++i) x[i] = alu(op, x[i], y[i]);
+        }
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kTensorScalar: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        const Alu op0 = static_cast<Alu>(in.ints[0]);
+        const bool rev0 = in.ints[1];
+        const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
+        const bool has1 = in.ints[2] >= 0;
+        const Alu op1 = has1 ? static_cast<Alu>(in.ints[2]) : Alu::kBypass;
+        const bool rev1 = in.ints[3];
+        const std::vector<float> c1 = column(a[3], in.floats.at(1), P, 1);
+        for (int64_t p = 0; p < P; ++p) {
+          float* r = x + p * F;
+          const float v0 = c0[p], v1 = c1[p];
+          for (int64_t f = 0; f < F; ++f) {
+            float t = alu_unary(op0) ? alu(op0, r[f], 0) : rev0 ? alu(op0, v0, r[f]) : alu(op0, r[f], v0);
+            if (has1) t = alu_unary(op1) ? alu(op1, t, 0) : rev1 ? alu(op1, v1, t) : alu(op1, t, v1);
+            r[f] = t;
+          }
+        }
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kActivation: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        const Act fn = static_cast<Act>(in.ints[0]);
+        const int64_t cmd = in.ints[1];
+        const std::vector<float> bias = column(a[2], in.floats.at(1), P, 1);
+        const std::vector<float> scale = column(a[3], in.floats.at(0), P, 2);
+        if (cmd == 1 || cmd == 3) std::fill(act_regs, act_regs + 128, 0.0f);
+        for (int64_t p = 0; p < P; ++p) {
+          float* r = x + p * F;
+          float sum = 0.0f;
+          for (int64_t f = 0; f < F; ++f) {
+            r[f] = act(fn, r[f] * scale[p] + bias[p]);
+            sum += r[f];
+          }
+          if (cmd == 2 || cmd == 3) act_regs[p] += sum;
+        }
+        scatter(a[0], x);
+        if (a[4].present()) scatter(a[4], act_regs);
+        return;
+      }
+      case Op::kTensorReduce: {
+        const Alu op = static_cast<Alu>(in.ints[0]);
+        const bool negate = in.ints[1];
+        const int64_t naxes = static_cast<int64_t>(in.ints.size()) - 2;
+        int64_t R = 1;
+        for (int64_t i = 0; i < naxes; ++i) R *= a[1].dims[a[1].dims.size() - 1 - i].size;
+        const float* x = gather(a[1], 0);
+        const int64_t groups = a[1].elements() / R;
+        std::vector<float>& out = buf[1];
+        out.resize(groups);
+        for (int64_t g = 0; g < groups; ++g) {
+          float acc = identity_of(op);
+          const float* r = x + g * R;
+          if (op == Alu::kAdd) {
+            for (int64_t j = 0; j < R; ++j) acc += r[j];
+          } else {
+            for (int64_t j = 0; j < R; ++j) acc = alu(op, acc, r[j]);
+          }
+          out[g] = negate ? -acc : acc;
+        }
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kTensorTensorScan: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        const float* y = gather(a[2], 1);
+        const Alu op0 = static_cast<Alu>(in.ints[0]), op1 = static_cast<Alu>(in.ints[1]);
+        const bool rev0 = in.ints[2], rev1 = in.ints[3];
+        const std::vector<float> init = column(a[3], in.floats.at(0), P, 2);
+        for (int64_t p = 0; p < P; ++p) {
+          float prev = init[p];
+          for (int64_t f = 0; f < F; ++f) {
+            const int64_t i = p * F + f;
+            float t = rev0 ? alu(op0, prev, x[i]) : alu(op0, x[i], prev);
+            prev = rev1 ? alu(op1, y[i], t) : alu(op1, t, y[i]);
+            x[i] = prev;
+          }
+        }
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kBnStats: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const float* x = gather(a[1], 0);
+        std::vector<float>& out = buf[1];
+        out.assign(P * 6, 0.0f);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int par = 0; par < 2; ++par) {
+            double n = 0, mean = 0, m2 = 0;
+            for (int64_t f = par; f < F; f += 2) {
+              n += 1;
+              double d = x[p * F + f] - mean;
+              mean += d / n;
+              m2 += d * (x[p * F + f] - mean);
+            }
+            out[p * 6 + par * 3 + 0] = static_cast<float>(n);
+            out[p * 6 + par * 3 + 1] = static_cast<float>(mean);
+            out[p * 6 + par * 3 + 2] = static_cast<float>(m2);
+          }
+        }
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kBnAggr: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const float* x = gather(a[1], 0);
+        std::vector<float>& out = buf[1];
+        out.assign(P * 2, 0.0f);
+        for (int64_t p = 0; p < P; ++p) {
+          double n = 0, mean = 0, m2 = 0;
+          for (int64_t t = 0; t + 3 <= F; t += 3) {
+            const double nb = x[p * F + t], mb = x[p * F + t + 1], m2b = x[p * F + t + 2];
+            if (nb == 0) continue;
+            const double tot = n + nb, d = mb - mean;
+            mean += d * nb / tot;
+            m2 += m2b + d * d * n * nb / tot;
+            n = tot;
+          }
+          out[p * 2] = static_cast<float>(mean);
+          out[p * 2 + 1] = static_cast<float>(n > 0 ? m2 / n : 0.0);
+        }
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kMax8: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        std::vector<float>& out = buf[1];
+        out.resize(P * 8);
+        for (int64_t p = 0; p < P; ++p) {
+          std::partial_sort(x + p * F, x + p * F + 8, x + (p + 1) * F, std::greater<float>());
+          std::copy(x + p * F, x + p * F + 8, out.data() + p * 8);
+        }
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kFindIndex8: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const float* x = gather(a[1], 0);
+        const float* vals = gather(a[2], 1);
+        std::vector<float>& out = buf[2];
+        out.resize(P * 8);
+        for (int64_t p = 0; p < P; ++p) {
+          std::map<float, int64_t> next;  // duplicates find successive occurrences
+          for (int j = 0; j < 8; ++j) {
+            const float v = vals[p * 8 + j];
+            int64_t start = next.count(v) ? next[v] : 0, found = -1;
+            for (int64_t f = start; f < F; ++f) {
+              if (x[p * F + f] == v) { found = f; break; }
+            }
+            next[v] = found < 0 ? F : found + 1;
+            out[p * 8 + j] = found < 0 ? 4294967295.0f : static_cast<float>(found);
+          }
+        }
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kReciprocal: {
+        float* x = gather(a[1], 0);
+        for (int64_t i = 0, n = a[1].elements(); i < n; ++i) x[i] = 1.0f / x[i];
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kPartitionReduce: {
+        const Alu op = static_cast<Alu>(in.ints[0]);
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const float* x = gather(a[1], 0);
+        std::vector<float>& out = buf[1];
+        out.assign(F, identity_of(op));
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t f = 0; f < F; ++f) out[f] = alu(op, out[f], x[p * F + f]);
+        if (op == Alu::kAverage)
+          for (float& v : out) v /= static_cast<float>(P);
+        scatter(a[0], out.data());
+        return;
+      }
+      case Op::kScalarTensorTensor: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        const float* y = gather(a[3], 1);
+        const Alu op0 = static_cast<Alu>(in.ints[0]), op1 = static_cast<Alu>(in.ints[1]);
+        const bool rev0 = in.ints[2], rev1 = in.ints[3];
+        const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 2);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t f = 0; f < F; ++f) {
+            const int64_t i = p * F + f;
+            float t = rev0 ? alu(op0, c0[p], x[i]) : alu(op0, x[i], c0[p]);
+            x[i] = rev1 ? alu(op1, y[i], t) : alu(op1, t, y[i]);
+          }
+        }
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kSelect: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const float* pred = gather(a[1], 0);
+        float* t = gather(a[2], 1);
+        const std::vector<float> f = column(a.size() > 3 ? a[3] : Access{}, in.floats.at(0), P, 2);
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t j = 0; j < F; ++j) t[p * F + j] = pred[p * F + j] != 0 ? t[p * F + j] : f[p];
+        scatter(a[0], t);
+        return;
+      }
+    }
+    throw std::logic_error("nki executor: unknown instruction");
+  }
+};
+
+Program::Program(Kernel k) : k_(std::move(k)) {
+  verify(k_);
+  plan();
+}
+
+// First-fit placement by live range: tensors whose lifetimes do not overlap share bytes.
+void Program::plan() {
+  const size_t nt = k_.tensors.size(), ni = k_.instrs.size();
+  std::vector<int> first(nt, -1), last(nt, -1);
+  for (size_t i = 0; i < ni; ++i) {
+    for (const Access& a : k_.instrs[i].args) {
+      if (!a.present()) continue;
+      if (first[a.tensor] < 0) first[a.tensor] = static_cast<int>(i);
+      last[a.tensor] = static_cast<int>(i);
+    }
+  }
+  offset_.assign(nt, -1);
+  alloc_at_.assign(ni, {});
+  std::vector<int> order;
+  for (size_t t = 0; t < nt; ++t)
+    if (k_.tensors[t].external < 0 && first[t] >= 0) order.push_back(static_cast<int>(t));
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return first[x] < first[y]; });
+  struct Block { int64_t begin, end; int tensor; };
+  std::vector<Block> active;  // sorted by begin
+  int64_t top = 0;
+  for (int t : order) {
+    active.erase(std::remove_if(active.begin(), active.end(), [&](const Block& b) { return last[b.tensor] < first[t]; }),
+                 active.end());
+    const TensorDecl& d = k_.tensors[t];
+    const int64_t bytes = (d.elements() * static_cast<int64_t>(dtype_size(d.dtype)) + 63) / 64 * 64;
+    int64_t at = 0;
+    for (const Block& b : active) {
+      if (b.begin - at >= bytes) break;
+      at = std::max(at, b.end);
+    }
+    offset_[t] = at;
+    top = std::max(top, at + bytes);
+    active.push_back({at, at + bytes, t});
+    std::sort(active.begin(), active.end(), [](const Block& x, const Block& y) { return x.begin < y.begin; });
+    alloc_at_[first[t]].push_back(t);
+  }
+  arena_.assign(top, 0);
+  psum_written_.assign(top, 0);
+}
+
+void Program::run(const std::vector<void*>& external) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const TensorDecl& t : k_.tensors) {
+    if (t.external >= 0 && (t.external >= static_cast<int>(external.size()) || external[t.external] == nullptr)) {
+      throw std::invalid_argument("nki: no memory given for kernel tensor '" + t.name + "'");
+    }
+  }
+  State s{*this, external};
+  for (size_t i = 0; i < k_.instrs.size(); ++i) {
+    for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
+      const TensorDecl& d = k_.tensors[t];
+      const int64_t n = d.elements();
+      std::vector<float> fill(n, is_float(d.dtype) ? kNaN : 4.0f);
+      encode_run(d.dtype, fill.data(), n, arena_.data() + offset_[t], 1);
+      if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
+    }
+    s.exec(k_.instrs[i]);
+  }
+}
+
+}  // namespace neuron::nki

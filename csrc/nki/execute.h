@@ -1,0 +1,42 @@
+// A verified kernel instance, ready to run on simulated memories.
+//
+// SBUF/PSUM tensors (and HBM scratch the kernel allocates) live in one arena whose layout
+// is planned once from the tensors' live ranges, so a kernel that allocates a fresh tile in
+// every iteration of an unrolled loop reuses memory as the compiler's allocator would.
+// Newly allocated on-chip memory is filled with NaN (float) or 4 (integer), as AWS's
+// simulator does, so reading uninitialized data shows. External tensors (kernel inputs and
+// outputs, in HBM) are caller memory: run() reads and writes it in place.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "nki/ir.h"
+
+namespace neuron::nki {
+
+class Program {
+ public:
+  // Verifies the kernel (throws VerifyError) and plans its memory.
+  explicit Program(Kernel k);
+
+  // Runs every instruction in program order. `external[i]` is the memory of the tensor
+  // whose `external` slot is i. Safe to call from several threads (runs are serialized).
+  void run(const std::vector<void*>& external);
+
+  const Kernel& kernel() const { return k_; }
+  size_t arena_bytes() const { return arena_.size(); }
+
+ private:
+  struct State;
+  void plan();
+
+  Kernel k_;
+  std::vector<int64_t> offset_;             // arena byte offset per tensor (-1: external)
+  std::vector<std::vector<int>> alloc_at_;  // tensors that come alive at each instruction
+  std::vector<uint8_t> arena_;
+  std::vector<uint8_t> psum_written_;       // per arena byte: a matmul wrote this PSUM element
+  std::mutex mu_;
+};
+
+}  // namespace neuron::nki

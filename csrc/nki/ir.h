@@ -1,0 +1,156 @@
+// The NKI kernel IR: what one traced kernel instance is, in C++.
+//
+// The Python front-end (nki/) runs a kernel's body once per signature and records every
+// instruction here: tensors (HBM, SBUF, PSUM declarations) and instructions over strided
+// access patterns into them. verify() checks the program against the NeuronCore's limits
+// before anything runs; Program (execute.cpp) runs it on simulated memories. Nothing here
+// knows about torch or Python.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace neuron::nki {
+
+// Element types, in the order the Python front-end numbers them.
+enum class DType : uint8_t {
+  kFloat32, kBFloat16, kFloat16, kTFloat32, kFloat8E4M3, kFloat8E4M3FN, kFloat8E5M2,
+  kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kBool,
+};
+size_t dtype_size(DType d);
+const char* dtype_name(DType d);
+bool is_float(DType d);
+bool is_fp8(DType d);
+
+// Memories. nl.hbm is private HBM.
+enum class Buffer : uint8_t { kPrivateHbm, kSharedHbm, kSbuf, kPsum };
+const char* buffer_name(Buffer b);
+inline bool on_chip(Buffer b) { return b == Buffer::kSbuf || b == Buffer::kPsum; }
+
+// Where in the kernel's source an instruction or tensor comes from.
+struct Loc {
+  std::string file;
+  int line = 0;
+};
+
+struct TensorDecl {
+  Buffer buffer;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::string name;
+  Loc loc;
+  int external = -1;  // slot in the pointer list given to Program::run; -1 = simulator memory
+
+  int64_t elements() const;
+  // Elements per partition of an on-chip tensor (the product of its free dims).
+  int64_t partition_elements() const;
+};
+
+// A strided view of a tensor's storage (in elements): element (i0, .., in) of the view is
+// storage[offset + sum(dims[k].stride * ik)]. For on-chip tensors dims[0] walks partitions.
+struct Dim {
+  int64_t stride;
+  int64_t size;
+};
+
+struct Access {
+  int32_t tensor = -1;  // -1: operand absent
+  int64_t offset = 0;
+  std::vector<Dim> dims;
+
+  bool present() const { return tensor >= 0; }
+  int64_t elements() const;
+  int64_t partitions() const { return dims.empty() ? 1 : dims[0].size; }
+  int64_t free_elements() const;  // elements per partition
+};
+
+// Operations. Operand order and attribute layout of each are documented in nki/isa.py, the
+// one place that emits them; verify.cpp and execute.cpp read them.
+enum class Op : uint8_t {
+  kDmaCopy,           // [dst, src]
+  kTensorCopy,        // [dst, src]                         ints: engine
+  kMemset,            // [dst]                              floats: value
+  kIota,              // [dst]                              ints: offset, channel_multiplier, (step, num)...
+  kMatmul,            // [dst, stationary, moving]          ints: accumulate (-1 auto, 0, 1), is_transpose
+  kTranspose,         // [dst, data]                        ints: engine
+  kTensorTensor,      // [dst, a, b]                        ints: alu op, engine
+  kTensorScalar,      // [dst, data, operand0?, operand1?]  ints: op0, reverse0, op1 (-1 none), reverse1
+                      //                                    floats: imm0, imm1
+  kActivation,        // [dst, data, bias?, scale?, reduce_res?] ints: act, reduce_cmd  floats: scale, bias
+  kTensorReduce,      // [dst, data]                        ints: alu op, negate, axes...
+  kTensorTensorScan,  // [dst, data0, data1, initial?]      ints: op0, op1, reverse0, reverse1  floats: initial
+  kAffineSelect,      // [dst, on_true]                     ints: cmp op, offset, channel_multiplier, (step, num)...
+                      //                                    floats: on_false
+  kBnStats,           // [dst, data]
+  kBnAggr,            // [dst, data]
+  kMax8,              // [dst, src]
+  kFindIndex8,        // [dst, data, vals]
+  kReciprocal,        // [dst, data]
+  kPartitionReduce,   // [dst, data]                        ints: alu op
+  kScalarTensorTensor,// [dst, data, operand0?, operand1]   ints: op0, op1, reverse0, reverse1  floats: imm0
+  kSelect,            // [dst, predicate, on_true, on_false?] floats: on_false
+};
+const char* op_name(Op op);
+
+// ALU operators (nki.isa's `op` arguments), numbered as nki/isa.py numbers them.
+enum class Alu : int8_t {
+  kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kPower, kAbsMax, kAbsMin,
+  kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual,
+  kLogicalAnd, kLogicalOr, kLogicalXor,
+  kBitwiseAnd, kBitwiseOr, kBitwiseXor, kLeftShift, kRightShift,
+  // unary (tensor_scalar op0 with no operand)
+  kAbs, kSquare, kRelu, kRsqrt, kReciprocal, kBypass,
+  kAverage,  // tensor_partition_reduce only
+};
+bool alu_is_bitvec(Alu a);
+
+// Activation functions (nisa.activation's `op`).
+enum class Act : int8_t {
+  kCopy, kExp, kLog, kTanh, kSigmoid, kRelu, kGelu, kGeluApprxTanh, kGeluApprxSigmoid, kSilu,
+  kSqrt, kRsqrt, kReciprocal, kSquare, kAbs, kSign, kSin, kCos, kArctan, kSoftplus, kMish, kErf,
+  kGeluDx, kSiluDx, kErfDx, kNegative,
+};
+
+enum class Engine : int8_t { kUnknown = 0, kTensor = 1, kScalar = 2, kGpSimd = 3, kDma = 4, kVector = 5 };
+
+struct Instr {
+  Op op;
+  std::vector<Access> args;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  Loc loc;
+};
+
+// The simulated NeuronCore generation a kernel is traced for.
+struct Target {
+  std::string name;          // "trn2" / "trn3"
+  int nc_version;            // 3 (trn2) / 4 (trn3)
+  int64_t sbuf_partition_bytes;
+  int64_t psum_partition_bytes = 16 * 1024;
+  int64_t psum_bank_bytes = 2 * 1024;
+  int64_t partitions = 128;
+};
+Target target_for(const std::string& name);  // throws std::invalid_argument
+
+struct Kernel {
+  Target target;
+  std::vector<TensorDecl> tensors;
+  std::vector<Instr> instrs;
+};
+
+// A kernel that breaks a hardware rule. `rule` is a short stable name (docs/nki.md lists
+// them); the message says what is wrong and how to fix it.
+class VerifyError : public std::runtime_error {
+ public:
+  VerifyError(std::string rule, const std::string& message, Loc loc)
+      : std::runtime_error(message), rule(std::move(rule)), loc(std::move(loc)) {}
+  std::string rule;
+  Loc loc;
+};
+
+// Throws VerifyError for the first instruction (in program order) that breaks a rule.
+void verify(const Kernel& k);
+
+}  // namespace neuron::nki

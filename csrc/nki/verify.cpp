@@ -1,0 +1,487 @@
+// The hardware-limit verifier: every rule a NeuronCore enforces (or that its compiler
+// rejects), checked on the traced program before it runs. Rule names are stable; docs/nki.md
+// lists them.
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nki/ir.h"
+
+namespace neuron::nki {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+std::string access_shape(const Access& a) {
+  std::vector<int64_t> s;
+  for (const Dim& d : a.dims) s.push_back(d.size);
+  return shape_str(s);
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const Kernel& k) : k_(k) {}
+
+  void run() {
+    for (const TensorDecl& t : k_.tensors) check_decl(t);
+    for (const Instr& in : k_.instrs) {
+      cur_ = &in;
+      for (size_t i = 0; i < in.args.size(); ++i) {
+        if (in.args[i].present()) check_access(in.args[i], i);
+      }
+      check_instr(in);
+    }
+    cur_ = nullptr;
+    check_capacity();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& rule, const std::string& msg, const Loc* loc = nullptr) const {
+    std::string full = cur_ ? std::string(op_name(cur_->op)) + ": " + msg : msg;
+    throw VerifyError(rule, full, loc ? *loc : (cur_ ? cur_->loc : Loc{}));
+  }
+
+  const TensorDecl& decl(const Access& a) const { return k_.tensors.at(a.tensor); }
+  Buffer buf(const Access& a) const { return decl(a).buffer; }
+  DType dt(const Access& a) const { return decl(a).dtype; }
+  std::string describe(const Access& a) const {
+    const TensorDecl& t = decl(a);
+    return (t.name.empty() ? std::string("a tensor") : "'" + t.name + "'") + " (" + access_shape(a) + " in " +
+           buffer_name(t.buffer) + ")";
+  }
+
+  void check_decl(const TensorDecl& t) {
+    if (!on_chip(t.buffer)) return;
+    const std::string what = "a " + shape_str(t.shape) + " " + dtype_name(t.dtype) + " tensor in " +
+                             buffer_name(t.buffer);
+    if (t.shape.size() < 2) {
+      fail("on-chip-rank", what + " is " + std::to_string(t.shape.size()) +
+                               "-D; tensors in SBUF/PSUM have a partition dimension and at least one free "
+                               "dimension (use shape (P, F))", &t.loc);
+    }
+    if (t.shape[0] > k_.target.partitions) {
+      fail("partition-limit", what + " has " + std::to_string(t.shape[0]) + " partitions; the first (partition) "
+                              "dimension of an on-chip tensor is at most " + std::to_string(k_.target.partitions) +
+                              " (nl.tile_size.pmax): tile the data along it", &t.loc);
+    }
+    const int64_t bytes = t.partition_elements() * static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t cap = t.buffer == Buffer::kSbuf ? k_.target.sbuf_partition_bytes : k_.target.psum_partition_bytes;
+    if (bytes > cap) {
+      fail(t.buffer == Buffer::kSbuf ? "sbuf-capacity" : "psum-capacity",
+           what + " needs " + std::to_string(bytes) + " bytes per partition; " + k_.target.name + " has " +
+               std::to_string(cap) + " bytes per partition of " + buffer_name(t.buffer), &t.loc);
+    }
+  }
+
+  void check_access(const Access& a, size_t index) {
+    const TensorDecl& t = decl(a);
+    int64_t lo = a.offset, hi = a.offset;
+    for (const Dim& d : a.dims) {
+      if (d.size <= 0) fail("out-of-bounds", "an access to " + describe(a) + " has an empty dimension");
+      int64_t ext = (d.size - 1) * d.stride;
+      (ext < 0 ? lo : hi) += ext;
+    }
+    if (lo < 0 || hi >= t.elements()) {
+      fail("out-of-bounds", "an access to " + describe(a) + " reaches element " + std::to_string(lo < 0 ? lo : hi) +
+                                " of a tensor of shape " + shape_str(t.shape) + " (" + std::to_string(t.elements()) +
+                                " elements)");
+    }
+    if (on_chip(t.buffer)) {
+      const int64_t pe = t.partition_elements();
+      if (a.dims.empty()) fail("on-chip-rank", "a 0-D access to " + describe(a));
+      if (a.dims[0].size > 1 && a.dims[0].stride != pe) {
+        fail("partition-access", "an access to " + describe(a) + " steps " + std::to_string(a.dims[0].stride) +
+                                     " elements along the partition dimension; on-chip accesses cover a contiguous "
+                                     "range of partitions (the first dimension cannot be strided or permuted)");
+      }
+      // Within each partition the free pattern must stay inside that partition's row.
+      int64_t flo = a.offset % pe, fhi = flo;
+      for (size_t i = 1; i < a.dims.size(); ++i) {
+        int64_t ext = (a.dims[i].size - 1) * a.dims[i].stride;
+        (ext < 0 ? flo : fhi) += ext;
+      }
+      if (flo < 0 || fhi >= pe) {
+        fail("out-of-bounds", "an access to " + describe(a) + " crosses from one partition's free elements into "
+                                  "another's (free offsets " + std::to_string(flo) + ".." + std::to_string(fhi) +
+                                  " of " + std::to_string(pe) + ")");
+      }
+    }
+    (void)index;
+  }
+
+  void need_on_chip(const Access& a, const char* role) const {
+    if (a.present() && !on_chip(buf(a))) {
+      fail("engine-memory", std::string(role) + " " + describe(a) + " is in HBM; compute engines read and write "
+                            "SBUF/PSUM only: move the data with nisa.dma_copy (or nl.load/nl.store) first");
+    }
+  }
+  void need_no_psum_gpsimd(const Instr& in, std::initializer_list<size_t> idx) const {
+    for (size_t i : idx) {
+      if (i < in.args.size() && in.args[i].present() && buf(in.args[i]) == Buffer::kPsum) {
+        fail("gpsimd-psum", describe(in.args[i]) + " is in PSUM, which the GpSimd engine cannot access; use SBUF "
+                            "or another engine");
+      }
+    }
+  }
+  void same_layout(const Access& a, const Access& b, const char* what) const {
+    if (a.partitions() != b.partitions() || a.free_elements() != b.free_elements()) {
+      fail("shape-mismatch", std::string(what) + ": " + describe(a) + " and " + describe(b) +
+                                 " differ in partitions or in elements per partition");
+    }
+  }
+  void not_both_psum(const Access& a, const Access& b) const {
+    if (a.present() && b.present() && buf(a) == Buffer::kPsum && buf(b) == Buffer::kPsum) {
+      fail("psum-operands", "both inputs " + describe(a) + " and " + describe(b) + " are in PSUM; at most one "
+                            "input of an instruction can be read from PSUM: copy one to SBUF first");
+    }
+  }
+  void column_of(const Access& v, const Access& data, const char* what) const {
+    if (!v.present()) return;
+    if (v.partitions() != data.partitions() || v.free_elements() != 1) {
+      fail("shape-mismatch", std::string(what) + " " + describe(v) + " must be a (" +
+                                 std::to_string(data.partitions()) + ", 1) column: one value per partition");
+    }
+  }
+  void alu_dtypes(Alu op, std::initializer_list<const Access*> ops) const {
+    if (!alu_is_bitvec(op)) return;
+    for (const Access* a : ops) {
+      if (a->present() && is_float(dt(*a))) {
+        fail("dtype", std::string("bitwise operators take integer tensors; ") + describe(*a) + " is " +
+                          dtype_name(dt(*a)));
+      }
+    }
+  }
+
+  void check_instr(const Instr& in) {
+    const auto& a = in.args;
+    switch (in.op) {
+      case Op::kDmaCopy:
+        for (int i = 0; i < 2; ++i) {
+          if (buf(a[i]) == Buffer::kPsum) {
+            fail("dma-psum", std::string(i ? "source " : "destination ") + describe(a[i]) + " is in PSUM; DMA "
+                             "cannot access PSUM: copy PSUM to SBUF with nisa.tensor_copy first");
+          }
+        }
+        if (a[0].elements() != a[1].elements()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " and source " + describe(a[1]) +
+                                     " have different numbers of elements");
+        }
+        break;
+      case Op::kTensorCopy:
+      case Op::kReciprocal:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "source");
+        same_layout(a[0], a[1], "destination and source");
+        if (in.op == Op::kTensorCopy && in.ints.size() > 0 && in.ints[0] == static_cast<int>(Engine::kGpSimd)) {
+          need_no_psum_gpsimd(in, {0, 1});
+        }
+        break;
+      case Op::kMemset:
+        need_on_chip(a[0], "destination");
+        break;
+      case Op::kIota:
+      case Op::kAffineSelect:
+        need_on_chip(a[0], "destination");
+        need_no_psum_gpsimd(in, {0, 1});
+        if (in.op == Op::kAffineSelect) {
+          need_on_chip(a[1], "on_true_tile");
+          same_layout(a[0], a[1], "destination and on_true_tile");
+        }
+        break;
+      case Op::kMatmul: check_matmul(in); break;
+      case Op::kTranspose: check_transpose(in); break;
+      case Op::kTensorTensor: {
+        for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
+        same_layout(a[0], a[1], "destination and data1");
+        same_layout(a[0], a[2], "destination and data2");
+        not_both_psum(a[1], a[2]);
+        alu_dtypes(static_cast<Alu>(in.ints[0]), {&a[0], &a[1], &a[2]});
+        if (in.ints.size() > 1 && in.ints[1] == static_cast<int>(Engine::kGpSimd)) need_no_psum_gpsimd(in, {0, 1, 2});
+        break;
+      }
+      case Op::kTensorScalar: {
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        same_layout(a[0], a[1], "destination and data");
+        for (size_t i = 2; i < 4; ++i) {
+          if (a[i].present()) {
+            need_on_chip(a[i], "operand");
+            column_of(a[i], a[1], i == 2 ? "operand0" : "operand1");
+            if (dt(a[i]) != DType::kFloat32) {
+              fail("dtype", std::string(i == 2 ? "operand0 " : "operand1 ") + describe(a[i]) + " is " +
+                                dtype_name(dt(a[i])) + "; tensor_scalar's vector operands are float32");
+            }
+          }
+        }
+        alu_dtypes(static_cast<Alu>(in.ints[0]), {&a[0], &a[1]});
+        break;
+      }
+      case Op::kActivation:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        same_layout(a[0], a[1], "destination and data");
+        column_of(a[2], a[1], "bias");
+        column_of(a[3], a[1], "scale");
+        column_of(a[4], a[1], "reduce_res");
+        break;
+      case Op::kTensorReduce: check_reduce(in); break;
+      case Op::kTensorTensorScan:
+        for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
+        same_layout(a[0], a[1], "destination and data0");
+        same_layout(a[0], a[2], "destination and data1");
+        not_both_psum(a[1], a[2]);
+        column_of(a[3], a[1], "initial");
+        break;
+      case Op::kBnStats:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        if (a[1].free_elements() > 512) {
+          fail("bn-stats-free", describe(a[1]) + " has " + std::to_string(a[1].free_elements()) +
+                                    " elements per partition; bn_stats takes at most 512 "
+                                    "(nl.tile_size.bn_stats_fmax): split it and combine with bn_aggr");
+        }
+        if (a[0].free_elements() != 6 || a[0].partitions() != a[1].partitions()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " must be (" + std::to_string(a[1].partitions()) +
+                                     ", 6)");
+        }
+        break;
+      case Op::kBnAggr:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        if (a[1].free_elements() % 3 != 0) {
+          fail("shape-mismatch", "data " + describe(a[1]) + " must hold (count, mean, var*count) triples from "
+                                 "bn_stats: its elements per partition are a multiple of 3");
+        }
+        if (a[0].free_elements() != 2 || a[0].partitions() != a[1].partitions()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " must be (" + std::to_string(a[1].partitions()) +
+                                     ", 2): mean and variance");
+        }
+        break;
+      case Op::kMax8:
+      case Op::kFindIndex8: {
+        const Access& src = a[1];
+        need_on_chip(a[0], "destination");
+        need_on_chip(src, "data");
+        if (src.free_elements() < 8 || src.free_elements() > 16384) {
+          fail("shape-mismatch", describe(src) + " must have 8 to 16384 elements per partition");
+        }
+        if (a[0].free_elements() != 8 || a[0].partitions() != src.partitions()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " must be (" + std::to_string(src.partitions()) +
+                                     ", 8)");
+        }
+        if (in.op == Op::kFindIndex8 && (a[2].partitions() != src.partitions() || a[2].free_elements() != 8)) {
+          fail("shape-mismatch", "vals " + describe(a[2]) + " must be (" + std::to_string(src.partitions()) + ", 8)");
+        }
+        break;
+      }
+      case Op::kPartitionReduce:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        need_no_psum_gpsimd(in, {0, 1});
+        if (a[0].partitions() != 1 || a[0].free_elements() != a[1].free_elements()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " must be (1, " +
+                                     std::to_string(a[1].free_elements()) + ")");
+        }
+        break;
+      case Op::kScalarTensorTensor:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        need_on_chip(a[3], "operand1");
+        same_layout(a[0], a[1], "destination and data");
+        same_layout(a[0], a[3], "destination and operand1");
+        column_of(a[2], a[1], "operand0");
+        not_both_psum(a[1], a[3]);
+        break;
+      case Op::kSelect:
+        for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
+        same_layout(a[0], a[1], "destination and predicate");
+        same_layout(a[0], a[2], "destination and on_true");
+        not_both_psum(a[1], a[2]);
+        if (a.size() > 3) column_of(a[3], a[1], "on_false");
+        break;
+    }
+  }
+
+  void check_matmul(const Instr& in) {
+    const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
+    const bool transpose = in.ints.size() > 1 && in.ints[1];
+    for (const Access* x : {&st, &mv}) {
+      if (buf(*x) != Buffer::kSbuf) {
+        fail("matmul-memory", std::string(x == &st ? "stationary " : "moving ") + describe(*x) +
+                                  " must be in SBUF: the Tensor engine reads its operands from SBUF");
+      }
+    }
+    if (buf(dst) != Buffer::kPsum) {
+      fail("matmul-memory", "destination " + describe(dst) + " must be in PSUM: the Tensor engine writes its "
+                            "results to PSUM (copy them to SBUF afterwards with nisa.tensor_copy)");
+    }
+    const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
+    if (K > 128 || mv.partitions() > 128) {
+      fail("matmul-contraction", "the contraction (partition) dimension is " + std::to_string(std::max(K, mv.partitions())) +
+                                     "; it is at most 128 on both operands (nl.tile_size.pmax)");
+    }
+    if (mv.partitions() != K) {
+      fail("matmul-contraction", "stationary " + describe(st) + " and moving " + describe(mv) +
+                                     " must have the same contraction (partition) size");
+    }
+    if (M > 128) {
+      fail("matmul-stationary-free", "stationary " + describe(st) + " has " + std::to_string(M) +
+                                         " free elements; at most 128 (nl.tile_size.gemm_stationary_fmax)");
+    }
+    if (N > 512) {
+      fail("matmul-moving-free", "moving " + describe(mv) + " has " + std::to_string(N) +
+                                     " free elements; at most 512 (nl.tile_size.gemm_moving_fmax)");
+    }
+    if (dst.partitions() != M || dst.free_elements() != N) {
+      fail("shape-mismatch", "destination " + describe(dst) + " must be [" + std::to_string(M) + ", " +
+                                 std::to_string(N) + "]: stationary.T @ moving");
+    }
+    const DType ds = dt(st), dm = dt(mv), dd = dt(dst);
+    auto wide = [](DType d) { return d == DType::kFloat32 || d == DType::kTFloat32; };
+    if (!is_float(ds) || !is_float(dm)) {
+      fail("matmul-dtype", std::string("operands must be floating point, got ") + dtype_name(ds) + " and " +
+                               dtype_name(dm));
+    }
+    if (wide(ds) != wide(dm)) {
+      fail("matmul-dtype", std::string("a float32/tfloat32 operand pairs only with float32/tfloat32; got ") +
+                               dtype_name(ds) + " and " + dtype_name(dm));
+    }
+    if ((ds == DType::kFloat8E4M3FN || dm == DType::kFloat8E4M3FN) && k_.target.nc_version < 4) {
+      fail("matmul-dtype", "float8_e4m3fn operands need NeuronCore-v4 (trn3); " + k_.target.name +
+                               " multiplies float8_e4m3 / float8_e5m2");
+    }
+    bool ok_dst = dd == DType::kFloat32 || (k_.target.nc_version >= 4 && dd == DType::kBFloat16) ||
+                  (transpose && dd == ds);
+    if (!ok_dst) {
+      fail("matmul-dtype", std::string("the PSUM result is ") + dtype_name(dd) + "; the Tensor engine writes float32" +
+                               (k_.target.nc_version >= 4 ? " or bfloat16" : " on " + k_.target.name));
+    }
+  }
+
+  void check_transpose(const Instr& in) {
+    const Access &dst = in.args[0], &src = in.args[1];
+    Engine e = static_cast<Engine>(in.ints.empty() ? 0 : in.ints[0]);
+    if (e == Engine::kUnknown) e = (buf(dst) == Buffer::kPsum && buf(src) == Buffer::kSbuf) ? Engine::kTensor : Engine::kVector;
+    need_on_chip(dst, "destination");
+    need_on_chip(src, "data");
+    const int64_t lim = e == Engine::kTensor ? 128 : 32;
+    if (src.partitions() > lim || src.free_elements() > lim) {
+      fail("transpose-limit", "data " + describe(src) + " is larger than the " + (e == Engine::kTensor ? "Tensor" : "Vector") +
+                                  " engine's transpose of at most [" + std::to_string(lim) + ", " + std::to_string(lim) + "]");
+    }
+    if (e == Engine::kTensor && (buf(src) != Buffer::kSbuf || buf(dst) != Buffer::kPsum)) {
+      fail("matmul-memory", "a Tensor-engine transpose reads SBUF and writes PSUM; got " + describe(src) + " -> " +
+                                describe(dst));
+    }
+    if (dst.partitions() != src.free_elements() || dst.free_elements() != src.partitions()) {
+      fail("shape-mismatch", "destination " + describe(dst) + " must be [" + std::to_string(src.free_elements()) + ", " +
+                                 std::to_string(src.partitions()) + "]");
+    }
+    if (dt(dst) != dt(src)) {
+      fail("dtype", std::string("destination dtype ") + dtype_name(dt(dst)) + " must equal the data's " + dtype_name(dt(src)));
+    }
+  }
+
+  void check_reduce(const Instr& in) {
+    const Access &dst = in.args[0], &src = in.args[1];
+    need_on_chip(dst, "destination");
+    need_on_chip(src, "data");
+    const int nd = static_cast<int>(src.dims.size());
+    std::vector<int64_t> axes(in.ints.begin() + 2, in.ints.end());
+    std::sort(axes.begin(), axes.end());
+    if (axes.empty()) fail("reduce-axis", "no axis to reduce");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i] <= 0 || axes[i] >= nd) {
+        fail("reduce-axis", "axis " + std::to_string(axes[i]) + " of " + describe(src) + " cannot be reduced: the "
+                            "partition axis 0 is never reduced by tensor_reduce (use nisa.tensor_partition_reduce "
+                            "or a matmul) and axes are 1.." + std::to_string(nd - 1));
+      }
+      if (axes[i] != nd - static_cast<int64_t>(axes.size()) + static_cast<int64_t>(i)) {
+        fail("reduce-axis", "the reduced axes must be the trailing free axes of " + describe(src) + " (e.g. " +
+                                std::to_string(nd - 1) + ", or " + std::to_string(nd - 2) + " and " +
+                                std::to_string(nd - 1) + ")");
+      }
+    }
+    int64_t kept = 1;
+    for (int i = 1; i < nd - static_cast<int>(axes.size()); ++i) kept *= src.dims[i].size;
+    if (dst.partitions() != src.partitions() || dst.free_elements() != kept) {
+      fail("shape-mismatch", "destination " + describe(dst) + " must hold " + std::to_string(kept) +
+                                 " element(s) per partition over " + std::to_string(src.partitions()) + " partitions");
+    }
+    alu_dtypes(static_cast<Alu>(in.ints[0]), {&dst, &src});
+  }
+
+  // Live on-chip bytes per partition must fit the memories at every instruction. A tensor is
+  // live from its first to its last use, as the compiler's allocator sees it; PSUM is
+  // allocated in whole 2 KiB banks.
+  void check_capacity() {
+    const size_t nt = k_.tensors.size();
+    std::vector<int> first(nt, -1), last(nt, -1);
+    for (size_t i = 0; i < k_.instrs.size(); ++i) {
+      for (const Access& a : k_.instrs[i].args) {
+        if (!a.present()) continue;
+        if (first[a.tensor] < 0) first[a.tensor] = static_cast<int>(i);
+        last[a.tensor] = static_cast<int>(i);
+      }
+    }
+    std::vector<std::vector<int>> starts(k_.instrs.size()), ends(k_.instrs.size());
+    for (size_t t = 0; t < nt; ++t) {
+      if (first[t] < 0 || !on_chip(k_.tensors[t].buffer)) continue;
+      starts[first[t]].push_back(static_cast<int>(t));
+      ends[last[t]].push_back(static_cast<int>(t));
+    }
+    auto bytes_of = [&](int t) {
+      const TensorDecl& d = k_.tensors[t];
+      int64_t b = d.partition_elements() * static_cast<int64_t>(dtype_size(d.dtype));
+      if (d.buffer == Buffer::kPsum) b = (b + k_.target.psum_bank_bytes - 1) / k_.target.psum_bank_bytes * k_.target.psum_bank_bytes;
+      return b;
+    };
+    int64_t live[2] = {0, 0};
+    std::vector<int> live_set;
+    for (size_t i = 0; i < k_.instrs.size(); ++i) {
+      for (int t : starts[i]) {
+        live[k_.tensors[t].buffer == Buffer::kPsum] += bytes_of(t);
+        live_set.push_back(t);
+      }
+      for (int which = 0; which < 2; ++which) {
+        const int64_t cap = which ? k_.target.psum_partition_bytes : k_.target.sbuf_partition_bytes;
+        if (live[which] <= cap) continue;
+        std::ostringstream o;
+        o << "at this instruction the live " << (which ? "PSUM" : "SBUF") << " tensors need " << live[which]
+          << " bytes per partition; " << k_.target.name << " has " << cap << (which ? " (8 banks of 2 KiB)" : "")
+          << ". Live:";
+        int shown = 0;
+        for (int t : live_set) {
+          const TensorDecl& d = k_.tensors[t];
+          if ((d.buffer == Buffer::kPsum) != (which == 1)) continue;
+          if (shown++ == 6) { o << " ..."; break; }
+          o << " " << (d.name.empty() ? "tensor" : d.name) << shape_str(d.shape) << "@" << d.loc.file << ":"
+            << d.loc.line;
+        }
+        o << ". Allocate tiles inside the loop that uses them, or use smaller tiles.";
+        cur_ = &k_.instrs[i];
+        fail(which ? "psum-capacity" : "sbuf-capacity", o.str());
+      }
+      for (int t : ends[i]) {
+        live[k_.tensors[t].buffer == Buffer::kPsum] -= bytes_of(t);
+        live_set.erase(std::find(live_set.begin(), live_set.end(), t));
+      }
+    }
+  }
+
+  const Kernel& k_;
+  const Instr* cur_ = nullptr;
+};
+
+}  // namespace
+
+void verify(const Kernel& k) { Verifier(k).run(); }
+
+}  // namespace neuron::nki

@@ -1,0 +1,89 @@
+// torch_neuronx._C._nki: the NKI simulator's C++ core (csrc/nki) for the Python front-end
+// (nki/). The front-end records a traced kernel into a KernelBuilder; build() verifies it and
+// returns a Program, which runs on raw memory addresses (numpy buffers or neuron tensors).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nki/execute.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx {
+namespace {
+
+using neuron::nki::Access;
+using neuron::nki::Kernel;
+using neuron::nki::Program;
+
+using PyAccess = std::tuple<int32_t, int64_t, std::vector<std::pair<int64_t, int64_t>>>;
+
+struct KernelBuilder {
+  Kernel k;
+};
+
+}  // namespace
+
+void register_nki(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_nki", "The NKI simulator core");
+  py::class_<KernelBuilder>(m, "KernelBuilder")
+      .def(py::init([](const std::string& target) {
+        auto b = std::make_unique<KernelBuilder>();
+        try {
+          b->k.target = neuron::nki::target_for(target);
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(e.what());
+        }
+        return b;
+      }))
+      .def("tensor",
+           [](KernelBuilder& b, int buffer, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
+              int line, int external) {
+             neuron::nki::TensorDecl t{static_cast<neuron::nki::Buffer>(buffer), static_cast<neuron::nki::DType>(dtype),
+                                       std::move(shape), std::move(name), {std::move(file), line}, external};
+             b.k.tensors.push_back(std::move(t));
+             return static_cast<int>(b.k.tensors.size() - 1);
+           })
+      .def("instr",
+           [](KernelBuilder& b, int op, const std::vector<PyAccess>& args, std::vector<int64_t> ints,
+              std::vector<double> floats, std::string file, int line) {
+             neuron::nki::Instr in{static_cast<neuron::nki::Op>(op), {}, std::move(ints), std::move(floats),
+                                   {std::move(file), line}};
+             in.args.reserve(args.size());
+             for (const auto& [t, off, dims] : args) {
+               Access a{t, off, {}};
+               a.dims.reserve(dims.size());
+               for (const auto& [stride, size] : dims) a.dims.push_back({stride, size});
+               in.args.push_back(std::move(a));
+             }
+             b.k.instrs.push_back(std::move(in));
+           })
+      .def("set_external", [](KernelBuilder& b, int tensor, int slot) { b.k.tensors.at(tensor).external = slot; })
+      .def_property_readonly("num_instructions", [](const KernelBuilder& b) { return b.k.instrs.size(); })
+      // Verifies and plans; a broken rule raises error_type(message, rule, filename, lineno).
+      .def("build", [](KernelBuilder& b, py::object error_type) {
+        try {
+          return std::make_shared<Program>(std::move(b.k));
+        } catch (const neuron::nki::VerifyError& e) {
+          py::object exc = error_type(e.what(), e.rule, e.loc.file, e.loc.line);
+          PyErr_SetObject(error_type.ptr(), exc.ptr());
+          throw py::error_already_set();
+        }
+      });
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program")
+      .def("run",
+           [](Program& p, const std::vector<uintptr_t>& addresses) {
+             std::vector<void*> ptrs(addresses.size());
+             for (size_t i = 0; i < addresses.size(); ++i) ptrs[i] = reinterpret_cast<void*>(addresses[i]);
+             py::gil_scoped_release nogil;
+             p.run(ptrs);
+           })
+      .def_property_readonly("num_instructions", [](const Program& p) { return p.kernel().instrs.size(); })
+      .def_property_readonly("arena_bytes", &Program::arena_bytes);
+}
+
+}  // namespace torch_neuronx

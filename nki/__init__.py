@@ -1,0 +1,14 @@
+"""NKI, the Neuron Kernel Interface, on the simulated NeuronCore.
+
+The language is AWS's (``import nki``, ``nki.language as nl``, ``nki.isa as nisa``, NKI 0.2+
+destination-first instructions); kernels written for AWS's toolchain run here unchanged. A
+kernel is traced once per signature into a C++ program, checked against the target
+NeuronCore's limits (``NkiValidationError`` names the broken rule and the kernel line), and run
+in C++ on simulated HBM/SBUF/PSUM. See docs/nki.md.
+"""
+
+from . import isa, language, typing
+from ._jit import Kernel, jit, simulate
+from ._trace import NkiTensor, NkiValidationError
+
+__all__ = ["jit", "simulate", "Kernel", "NkiTensor", "NkiValidationError", "isa", "language", "typing"]

@@ -1,0 +1,324 @@
+"""``nki.jit`` and ``nki.simulate``: trace once per signature, verify, run in C++.
+
+A call is keyed by its tensors' shapes and dtypes, its other arguments, the target (trn2 /
+trn3) and the launch grid. The first call with a key traces the kernel (Python runs the body,
+recording instructions), the verifier checks the program against the target's limits, and the
+program is cached: later calls only bind memory and run C++.
+
+Tensors may be numpy arrays (host memory), CPU torch tensors, or ``neuron`` torch tensors
+(device memory, used in place: no copies). Outputs are allocated where the inputs live.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from dataclasses import dataclass
+
+from ._trace import (MemoryRegion, NkiTensor, NkiValidationError, Trace, normalize_dtype, set_current,
+                     tensors_in)
+
+_NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "int16": "int16",
+                 "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "bool_", "bfloat16": "bfloat16",
+                 "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "float8_e4m3": "float8_e4m3"}
+
+
+def _target_from_env() -> str:
+    """The NeuronCore generation kernels are traced for: AWS's NEURON_PLATFORM_TARGET_OVERRIDE if
+    set, else the simulated device's NEURON_PLATFORM (default trn2)."""
+    raw = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or os.environ.get("NEURON_PLATFORM") or "trn2"
+    name = {"gen3": "trn2", "gen4": "trn3"}.get(raw.strip().lower(), raw.strip().lower())
+    if name not in ("trn2", "trn3"):
+        raise ValueError(f"NKI target {raw!r} is not supported: use trn2 (gen3) or trn3 (gen4) in "
+                         "NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_PLATFORM")
+    return name
+
+
+# ---- arguments -------------------------------------------------------------------------------
+@dataclass
+class _Arg:
+    """A tensor argument: its NKI dtype, shape, where it lives, and how to get its address."""
+
+    value: object
+    kind: str  # "numpy" | "torch"
+    dtype: str
+    shape: tuple
+
+    @property
+    def device(self):
+        return self.value.device if self.kind == "torch" else None
+
+
+def _classify(x):
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None and isinstance(x, np.ndarray):
+        name = x.dtype.name
+        if name not in _NUMPY_DTYPES:
+            raise TypeError(f"numpy arrays of dtype {name} cannot be passed to an NKI kernel; NKI has no 64-bit "
+                            "types: convert to float32/int32 first")
+        return _Arg(x, "numpy", _NUMPY_DTYPES[name], tuple(x.shape))
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(x, torch.Tensor):
+        try:
+            dt = normalize_dtype(x.dtype)
+        except TypeError:
+            raise TypeError(f"torch tensors of dtype {x.dtype} cannot be passed to an NKI kernel; NKI has no 64-bit "
+                            "types: convert to float32/bfloat16/int32 first") from None
+        if x.device.type not in ("cpu", "neuron"):
+            raise ValueError(f"NKI kernels run on neuron (or CPU) tensors, got a tensor on {x.device}")
+        return _Arg(x, "torch", dt, tuple(x.shape))
+    return None
+
+
+def _static_key(x):
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_static_key(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple(sorted((k, _static_key(v)) for k, v in x.items()))
+    try:
+        hash(x)
+        return (type(x).__name__, x)
+    except TypeError:
+        return (type(x).__name__, repr(x))
+
+
+# ---- compiled instances ------------------------------------------------------------------------
+@dataclass
+class _Compiled:
+    programs: list           # one C++ Program per SPMD instance
+    outputs: list            # (shape, dtype) per output slot
+    structure: object        # how the kernel returned its outputs: None, "single", or a tuple length
+    num_inputs: int
+
+
+class Kernel:
+    """A ``@nki.jit`` kernel. ``kernel(*args)`` runs it; ``kernel[grid]`` launches an SPMD grid
+    (``kernel[2]``: two programs, as on a logical NeuronCore of two physical cores)."""
+
+    def __init__(self, func, **options):
+        functools.update_wrapper(self, func)
+        self.func = func
+        self.options = options
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, grid) -> "_Launch":
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        if not grid or not all(isinstance(g, int) and g >= 1 for g in grid):
+            raise ValueError(f"launch grid must be positive ints, got {grid!r}")
+        return _Launch(self, grid)
+
+    def __call__(self, *args, **kwargs):
+        return _Launch(self, ())(*args, **kwargs)
+
+    def with_schedule(self, edges) -> "Kernel":
+        return self  # scheduling hints do not change results
+
+    # The cached program for a signature, tracing it on first use.
+    def _compiled(self, args, kwargs, grid, target) -> tuple[_Compiled, list]:
+        tensors = []
+        key = [target, grid]
+        for a in list(args) + list(kwargs.values()):
+            c = _classify(a)
+            if c is not None:
+                tensors.append(c)
+                key.append(("T", c.shape, c.dtype))
+            else:
+                key.append(_static_key(a))
+        key.append(tuple(kwargs))
+        key = tuple(key)
+        with self._lock:
+            compiled = self._cache.get(key)
+            if compiled is None:
+                compiled = self._trace(args, kwargs, grid, target)
+                self._cache[key] = compiled
+        return compiled, tensors
+
+    def _trace(self, args, kwargs, grid, target) -> _Compiled:
+        instances = [()] if not grid else list(_grid_points(grid))
+        programs, outputs, structure = [], None, None
+        for pid in instances:
+            trace = Trace(target, pid, grid)
+            prev = set_current(trace)
+            try:
+                slot = 0
+                in_buffer = MemoryRegion.shared_hbm if grid else MemoryRegion.private_hbm
+
+                def wrap(x, name):
+                    nonlocal slot
+                    c = _classify(x)
+                    if c is None:
+                        return x
+                    t = NkiTensor.declare(c.shape, c.dtype, in_buffer, name, external=slot)
+                    slot += 1
+                    return t
+
+                names = _param_names(self.func, len(args))
+                targs = [wrap(a, n) for a, n in zip(args, names)]
+                tkw = {k: wrap(v, k) for k, v in kwargs.items()}
+                n_in = slot
+                ret = self.func(*targs, **tkw)
+            finally:
+                set_current(prev)
+            outs = tensors_in(ret)
+            if ret is not None and not isinstance(ret, (NkiTensor, tuple, list)):
+                raise TypeError(f"an NKI kernel returns tensors (or a tuple of them), got {type(ret).__name__}")
+            inst_outputs = []
+            for j, o in enumerate(outs):
+                if o.buffer is not MemoryRegion.shared_hbm:
+                    raise NkiValidationError(
+                        f"kernel output {j} ({o.name or 'unnamed'}, {o.shape}) is in {o.buffer!r}; kernel outputs "
+                        "are allocated with nl.ndarray(..., buffer=nl.shared_hbm)", "kernel-output",
+                        *_decl_location(o))
+                if o.shape != o._base_shape or o.offset != 0:
+                    raise NkiValidationError(f"kernel output {j} is a view {o.shape} of a tensor {o._base_shape}; "
+                                             "return the whole tensor", "kernel-output")
+                trace.builder.set_external(o._tid, n_in + j)
+                inst_outputs.append((o.shape, o.dtype))
+            if outputs is None:
+                outputs = inst_outputs
+                structure = None if ret is None else ("single" if isinstance(ret, NkiTensor) else len(outs))
+            elif inst_outputs != outputs:
+                raise NkiValidationError("SPMD programs of one launch return different outputs "
+                                         f"({outputs} vs {inst_outputs})", "kernel-output")
+            programs.append(trace.builder.build(NkiValidationError))
+        return _Compiled(programs, outputs, structure, n_in)
+
+
+def _decl_location(t: NkiTensor):
+    return ("", 0)
+
+
+def _grid_points(grid):
+    for flat in range(math.prod(grid)):
+        pid, rem = [], flat
+        for g in reversed(grid):
+            pid.append(rem % g)
+            rem //= g
+        yield tuple(reversed(pid))
+
+
+def _param_names(func, n):
+    code = getattr(func, "__code__", None)
+    names = list(code.co_varnames[:code.co_argcount]) if code is not None else []
+    return (names + [f"arg{i}" for i in range(len(names), n)])[:n]
+
+
+class _Launch:
+    def __init__(self, kernel: Kernel, grid: tuple):
+        self.kernel, self.grid = kernel, grid
+
+    def __call__(self, *args, **kwargs):
+        target = _target_from_env()
+        compiled, tensors = self.kernel._compiled(args, kwargs, self.grid, target)
+        return _run(compiled, tensors)
+
+
+def _run(compiled: _Compiled, tensors: list):
+    kinds = {t.kind for t in tensors}
+    if len(kinds) > 1:
+        raise TypeError("an NKI kernel takes either numpy arrays or torch tensors, not both")
+    kind = kinds.pop() if kinds else "numpy"
+    addresses, keep, writeback = [], [], []
+    device = None
+    if kind == "torch":
+        import torch
+
+        devices = {t.value.device for t in tensors}
+        if len(devices) > 1:
+            raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                               + " and ".join(sorted(str(d) for d in devices)) + " (NKI kernel arguments)")
+        device = devices.pop() if devices else torch.device("cpu")
+        for t in tensors:
+            x = t.value
+            if not x.is_contiguous():
+                c = x.contiguous()
+                writeback.append((x, c))
+                x = c
+            keep.append(x)
+            addresses.append(x.data_ptr())
+        outs = []
+        for shape, dtype in compiled.outputs:
+            o = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
+            if o.is_floating_point():
+                o.fill_(float("nan"))  # unwritten output elements show, as in AWS's simulator
+            outs.append(o)
+            addresses.append(o.data_ptr())
+        if device.type == "neuron":
+            torch.neuron.synchronize(device)
+    else:
+        import numpy as np
+
+        for t in tensors:
+            x = t.value
+            if not x.flags.c_contiguous or not x.flags.writeable:
+                c = np.ascontiguousarray(x).copy()
+                if x.flags.writeable:
+                    writeback.append((x, c))
+                x = c
+            keep.append(x)
+            addresses.append(x.ctypes.data)
+        outs = []
+        for shape, dtype in compiled.outputs:
+            o = np.empty(shape, dtype=_numpy_dtype(dtype))
+            if o.dtype.kind == "f" or dtype == "bfloat16":
+                o.fill(np.nan)
+            outs.append(o)
+            addresses.append(o.ctypes.data)
+    for p in compiled.programs:
+        p.run(addresses)
+    for orig, c in writeback:
+        orig[...] = c
+    if compiled.structure is None:
+        return None
+    if compiled.structure == "single":
+        return outs[0]
+    return tuple(outs)
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+            "tfloat32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+            "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16,
+            "int32": torch.int32, "uint32": torch.uint32, "bool_": torch.bool}[dtype]
+
+
+def _numpy_dtype(dtype: str):
+    import numpy as np
+
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3"):
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError(f"numpy has no {dtype}; install ml_dtypes, or call the kernel with torch tensors") from None
+        return getattr(ml_dtypes, dtype)
+    return np.dtype({"bool_": "bool", "tfloat32": "float32"}.get(dtype, dtype))
+
+
+def jit(func=None, **options):
+    """``@nki.jit`` / ``@nki.jit(...)``: make ``func`` an NKI kernel. ``mode=`` is accepted and
+    ignored (as in NKI 0.3+); ``platform_target=`` was removed from NKI and is refused."""
+    if "platform_target" in options:
+        raise TypeError("nki.jit(platform_target=...) was removed in NKI 0.3; set NEURON_PLATFORM_TARGET_OVERRIDE "
+                        "(trn2 / trn3) instead")
+    if func is None:
+        return lambda f: Kernel(f, **options)
+    return Kernel(func, **options)
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*numpy_arrays)``: run a kernel on the simulator, returning numpy
+    arrays. A plain function is wrapped with ``nki.jit`` first; ``kernel[2]`` launches work too."""
+    if isinstance(kernel, (Kernel, _Launch)):
+        return kernel
+    return Kernel(kernel)

@@ -1,0 +1,408 @@
+"""Tracing: the kernel body runs once per signature and records into a C++ KernelBuilder.
+
+``NkiTensor`` is a strided view of a declared tensor (HBM, SBUF or PSUM). Views are pure
+metadata, computed here; instructions are recorded with the view's access pattern and the
+kernel source line that issued them, which is what the verifier's errors point at.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import threading
+from typing import Sequence
+
+from torch_neuronx._C import _nki as _core
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class NkiValidationError(ValueError):
+    """A kernel breaks a NeuronCore rule. ``rule`` names it; ``filename``/``lineno`` locate it."""
+
+    def __init__(self, message: str, rule: str = "", filename: str = "", lineno: int = 0):
+        self.rule, self.filename, self.lineno = rule, filename, lineno
+        where = f"{filename}:{lineno}: " if filename else ""
+        super().__init__(f"{where}[{rule}] {message}" if rule else f"{where}{message}")
+
+
+class MemoryRegion(enum.Enum):
+    private_hbm = 0
+    shared_hbm = 1
+    sbuf = 2
+    psum = 3
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
+
+# dtype strings, numbered as csrc/nki/ir.h numbers DType.
+DTYPES = ("float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+          "int8", "uint8", "int16", "uint16", "int32", "uint32", "bool_")
+DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
+DTYPE_SIZE = {"float32": 4, "tfloat32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
+              "uint16": 2}
+_ALIASES = {"bool": "bool_", "float8_e4m3fnuz": None, "half": "float16", "float": "float32"}
+
+
+def normalize_dtype(dtype) -> str:
+    """An NKI dtype string from an nl dtype, a numpy dtype or a torch dtype."""
+    if isinstance(dtype, str) and dtype in DTYPE_CODE:
+        return dtype
+    name = getattr(dtype, "name", None) or str(dtype)
+    name = name.replace("torch.", "")
+    name = _ALIASES.get(name, name)
+    if name in DTYPE_CODE:
+        return name
+    raise TypeError(f"{dtype!r} is not an NKI dtype; NKI has {', '.join(DTYPES)} (no 64-bit types)")
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPE_SIZE.get(dtype, 1)
+
+
+def source_location() -> tuple[str, int]:
+    """The innermost frame outside the nki package: the kernel line being traced."""
+    f = sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PKG_DIR:
+        f = f.f_back
+    if f is None:
+        return "", 0
+    return f.f_code.co_filename, f.f_lineno
+
+
+class Trace:
+    """State of one kernel instance being traced."""
+
+    def __init__(self, target: str, program_id: tuple[int, ...], grid: tuple[int, ...]):
+        self.builder = _core.KernelBuilder(target)
+        self.target = target
+        self.nc_version = 4 if target == "trn3" else 3
+        self.program_id = program_id
+        self.grid = grid
+        self.n_tensors = 0
+
+    def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
+        file, line = source_location()
+        return self.builder.tensor(buffer.value, DTYPE_CODE[dtype], list(shape), name, file, line, external)
+
+    def emit(self, op: int, args: Sequence, ints=(), floats=()) -> None:
+        file, line = source_location()
+        accesses = [a._access() if a is not None else (-1, 0, []) for a in args]
+        self.builder.instr(op, accesses, [int(i) for i in ints], [float(f) for f in floats], file, line)
+
+
+_local = threading.local()
+
+
+def current() -> Trace:
+    t = getattr(_local, "trace", None)
+    if t is None:
+        raise RuntimeError("this NKI call is only valid inside a kernel being traced by @nki.jit / nki.simulate")
+    return t
+
+
+def set_current(t: Trace | None) -> Trace | None:
+    prev = getattr(_local, "trace", None)
+    _local.trace = t
+    return prev
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return tuple(reversed(out))
+
+
+class ds:
+    """``nl.ds(start, size)``: the slice ``start:start + size``."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start: int, size: int):
+        self.start, self.size = int(start), int(size)
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.start + self.size)
+
+
+class NkiTensor:
+    """A tensor in HBM, SBUF or PSUM, or a view of one. Dimension 0 of an on-chip tensor is
+    its partition dimension."""
+
+    __slots__ = ("_tid", "_base_shape", "shape", "strides", "offset", "dtype", "buffer", "name")
+
+    def __init__(self, tid: int, base_shape, shape, strides, offset: int, dtype: str, buffer: MemoryRegion,
+                 name: str = ""):
+        self._tid = tid
+        self._base_shape = tuple(base_shape)
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = int(offset)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+
+    @classmethod
+    def declare(cls, shape, dtype, buffer: MemoryRegion, name: str = "", external: int = -1) -> "NkiTensor":
+        if not isinstance(buffer, MemoryRegion):
+            raise TypeError(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or nl.shared_hbm, got {buffer!r}")
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if any(s <= 0 for s in shape):
+            raise ValueError(f"tensor shape {shape} has a non-positive dimension")
+        dtype = normalize_dtype(dtype)
+        tid = current().declare(shape, dtype, buffer, name, external)
+        return cls(tid, shape, shape, _contiguous_strides(shape), 0, dtype, buffer, name)
+
+    # ---- attributes ------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ON_CHIP
+
+    def __repr__(self) -> str:
+        return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r}, name={self.name!r})"
+
+    def _access(self):
+        return (self._tid, self.offset, [(st, sz) for st, sz in zip(self.strides, self.shape)])
+
+    def _view(self, shape, strides, offset) -> "NkiTensor":
+        return NkiTensor(self._tid, self._base_shape, shape, strides, offset, self.dtype, self.buffer, self.name)
+
+    def get_pattern(self):
+        return [[st, sz] for st, sz in zip(self.strides, self.shape)]
+
+    def is_contiguous(self) -> bool:
+        start = 1 if self.on_chip else 0
+        return self.strides[start:] == _contiguous_strides(self.shape[start:])
+
+    # ---- indexing ----------------------------------------------------------------------------
+    def __getitem__(self, key) -> "NkiTensor":
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        if len(key) > self.ndim:
+            raise IndexError(f"too many indices ({len(key)}) for a {self.ndim}-D tensor of shape {self.shape}")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        shape, strides, offset, dropped = [], [], self.offset, []
+        for d, (k, n, st) in enumerate(zip(key, self.shape, self.strides)):
+            if isinstance(k, ds):
+                k = k.as_slice()
+            if isinstance(k, slice):
+                start, stop, step = k.start, k.stop, k.step
+                step = 1 if step is None else int(step)
+                if step < 1:
+                    raise IndexError(f"slice step must be >= 1, got {step}")
+                start = 0 if start is None else int(start)
+                stop = n if stop is None else int(stop)
+                if start < 0:
+                    start += n
+                if stop < 0:
+                    stop += n
+                if not (0 <= start < stop <= n):
+                    raise IndexError(f"slice {start}:{stop} of dimension {d} (size {n}) of a tensor of shape "
+                                     f"{self.shape} is out of range or empty")
+                shape.append((stop - start + step - 1) // step)
+                strides.append(st * step)
+                offset += start * st
+            else:
+                try:
+                    i = int(k)
+                except TypeError:
+                    raise TypeError(f"index {k!r} is not an int, a slice or nl.ds") from None
+                if i < 0:
+                    i += n
+                if not 0 <= i < n:
+                    raise IndexError(f"index {k} is out of range for dimension {d} (size {n}) of shape {self.shape}")
+                offset += i * st
+                if self.on_chip and d == 0:  # the partition dimension stays, with size 1
+                    shape.append(1)
+                    strides.append(st)
+                else:
+                    dropped.append(len(shape))
+                    shape.append(None)
+                    strides.append(None)
+        kept = [(s, st) for s, st in zip(shape, strides) if s is not None]
+        if self.on_chip and len(kept) < 2:
+            # On-chip views stay at least 2-D: keep the last indexed free dimension as size 1.
+            last = max(dropped)
+            kept = [(s if s is not None else 1, st if st is not None else 1) for i, (s, st) in
+                    enumerate(zip(shape, strides)) if s is not None or i == last]
+        if not kept:
+            kept = [(1, 1)]
+        return self._view([s for s, _ in kept], [st for _, st in kept], offset)
+
+    def __setitem__(self, key, value):
+        from . import isa
+
+        dst = self[key]
+        if isinstance(value, NkiTensor):
+            if dst.on_chip and value.on_chip:
+                isa.tensor_copy(dst=dst, src=value)
+            else:
+                isa.dma_copy(dst=dst, src=value)
+        else:
+            isa.memset(dst=dst, value=value)
+
+    # ---- view methods ------------------------------------------------------------------------
+    def _check_free(self, dim: int, what: str) -> int:
+        dim = dim + self.ndim if dim < 0 else dim
+        if not 0 <= dim < self.ndim:
+            raise IndexError(f"{what}: dimension {dim} out of range for shape {self.shape}")
+        if self.on_chip and dim == 0:
+            raise ValueError(f"{what}: the partition dimension 0 of an on-chip tensor cannot be changed this way")
+        return dim
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> "NkiTensor":
+        key = [slice(None)] * self.ndim
+        key[dim] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim: int, index: int) -> "NkiTensor":
+        dim = self._check_free(dim, "select")
+        if not 0 <= index < self.shape[dim]:
+            raise IndexError(f"select: index {index} out of range for dimension {dim} of shape {self.shape}")
+        shape = self.shape[:dim] + self.shape[dim + 1:]
+        strides = self.strides[:dim] + self.strides[dim + 1:]
+        return self._view(shape, strides, self.offset + index * self.strides[dim])
+
+    def permute(self, dims) -> "NkiTensor":
+        dims = [d + self.ndim if d < 0 else d for d in dims]
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of {self.ndim} dimensions")
+        if self.on_chip and dims[0] != 0:
+            raise ValueError("permute: the partition dimension of an on-chip tensor stays first (dims[0] == 0)")
+        return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset)
+
+    def broadcast(self, dim: int, size: int) -> "NkiTensor":
+        dim = self._check_free(dim, "broadcast")
+        if self.shape[dim] != 1:
+            raise ValueError(f"broadcast: dimension {dim} has size {self.shape[dim]}, not 1")
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape[dim], strides[dim] = int(size), 0
+        return self._view(shape, strides, self.offset)
+
+    def expand_dim(self, dim: int) -> "NkiTensor":
+        dim = dim + self.ndim + 1 if dim < 0 else dim
+        if self.on_chip and dim == 0:
+            raise ValueError("expand_dim: cannot insert before the partition dimension of an on-chip tensor")
+        return self._view(self.shape[:dim] + (1,) + self.shape[dim:], self.strides[:dim] + (1,) + self.strides[dim:],
+                          self.offset)
+
+    def squeeze_dim(self, dim: int) -> "NkiTensor":
+        dim = self._check_free(dim, "squeeze_dim")
+        if self.shape[dim] != 1:
+            raise ValueError(f"squeeze_dim: dimension {dim} has size {self.shape[dim]}, not 1")
+        return self._view(self.shape[:dim] + self.shape[dim + 1:], self.strides[:dim] + self.strides[dim + 1:],
+                          self.offset)
+
+    def reshape(self, shape) -> "NkiTensor":
+        shape = [int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            shape[shape.index(-1)] = self.size // known
+        n = 1
+        for s in shape:
+            n *= s
+        if n != self.size:
+            raise ValueError(f"reshape: cannot view shape {self.shape} ({self.size} elements) as {tuple(shape)}")
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                raise ValueError(f"reshape: an on-chip tensor keeps its partition dimension ({self.shape[0]}); "
+                                 f"got {tuple(shape)}")
+            if not self.is_contiguous():
+                raise ValueError("reshape: the view's free dimensions are not contiguous; copy it first")
+            strides = (self.strides[0],) + _contiguous_strides(shape[1:])
+        else:
+            if not self.is_contiguous():
+                raise ValueError("reshape: the view is not contiguous; copy it first")
+            strides = _contiguous_strides(shape)
+        return self._view(shape, strides, self.offset)
+
+    def flatten_dims(self, start_dim: int, end_dim: int) -> "NkiTensor":
+        shape = list(self.shape)
+        merged = 1
+        for s in shape[start_dim:end_dim + 1]:
+            merged *= s
+        for d in range(start_dim, end_dim):
+            if self.strides[d] != self.strides[d + 1] * self.shape[d + 1]:
+                raise ValueError(f"flatten_dims: dimensions {start_dim}..{end_dim} are not contiguous")
+        if self.on_chip and start_dim == 0:
+            raise ValueError("flatten_dims: the partition dimension cannot be merged")
+        return self._view(shape[:start_dim] + [merged] + shape[end_dim + 1:],
+                          list(self.strides[:start_dim]) + [self.strides[end_dim]] + list(self.strides[end_dim + 1:]),
+                          self.offset)
+
+    def reshape_dim(self, dim: int, shape) -> "NkiTensor":
+        dim = dim + self.ndim if dim < 0 else dim
+        shape = [int(s) for s in shape]
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            shape[shape.index(-1)] = self.shape[dim] // known
+        n = 1
+        for s in shape:
+            n *= s
+        if n != self.shape[dim]:
+            raise ValueError(f"reshape_dim: dimension {dim} of size {self.shape[dim]} cannot become {tuple(shape)}")
+        if self.on_chip and dim == 0 and len(shape) > 1:
+            raise ValueError("reshape_dim: the partition dimension cannot be split")
+        sub = [st * self.strides[dim] for st in _contiguous_strides(shape)]
+        return self._view(self.shape[:dim] + tuple(shape) + self.shape[dim + 1:],
+                          self.strides[:dim] + tuple(sub) + self.strides[dim + 1:], self.offset)
+
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A raw access pattern over the storage: ``[[stride, count], ...]`` (outermost first)."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NotImplementedError("ap(): dynamic offsets (scalar_offset / vector_offset) are not supported by "
+                                      "this simulator yet")
+        if dtype is not None and normalize_dtype(dtype) != self.dtype:
+            raise NotImplementedError("ap(dtype=...): reinterpreting the storage's dtype is not supported yet")
+        pattern = [[int(st), int(n)] for st, n in pattern]
+        if self.on_chip:
+            per_partition = 1
+            for s in self._base_shape[1:]:
+                per_partition *= s
+            if pattern[0][0] != per_partition and pattern[0][1] > 1:
+                raise ValueError(f"ap(): the first (partition) pair's stride must be the storage's elements per "
+                                 f"partition ({per_partition}), got {pattern[0][0]}")
+        off = self.offset if offset is None else int(offset)
+        return self._view([n for _, n in pattern], [st for st, _ in pattern], off)
+
+    def view(self, dtype) -> "NkiTensor":
+        dtype = normalize_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        raise NotImplementedError("view(dtype): bit reinterpretation is not supported by this simulator yet")
+
+
+def tensors_in(obj) -> list[NkiTensor]:
+    if isinstance(obj, NkiTensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in tensors_in(o)]
+    return []

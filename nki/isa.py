@@ -1,0 +1,286 @@
+"""``nki.isa``: NeuronCore instructions, destination first (NKI 0.2+).
+
+Each call checks its Python arguments and records one instruction (operands as access
+patterns, attributes as integers/floats, in the layout csrc/nki/ir.h documents per Op). The
+hardware rules (memories, partitions, matmul limits, dtypes, bounds) are checked by the C++
+verifier on the whole traced program, with the calling line in the error.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from . import _ops
+from ._trace import NkiTensor, NkiValidationError, current
+
+__all__ = [
+    "NkiValidationError", "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
+    "get_nc_version", "dma_copy", "tensor_copy", "memset", "iota", "nc_matmul", "nc_transpose", "tensor_tensor",
+    "tensor_scalar", "activation", "activation_reduce", "tensor_reduce", "tensor_tensor_scan", "affine_select",
+    "bn_stats", "bn_aggr", "max8", "nc_find_index8", "reciprocal", "tensor_partition_reduce",
+    "scalar_tensor_tensor", "select",
+]
+
+# Op codes: csrc/nki/ir.h, enum class Op.
+(_DMA_COPY, _TENSOR_COPY, _MEMSET, _IOTA, _MATMUL, _TRANSPOSE, _TENSOR_TENSOR, _TENSOR_SCALAR, _ACTIVATION,
+ _TENSOR_REDUCE, _SCAN, _AFFINE_SELECT, _BN_STATS, _BN_AGGR, _MAX8, _FIND_INDEX8, _RECIPROCAL, _PARTITION_REDUCE,
+ _SCALAR_TENSOR_TENSOR, _SELECT) = range(20)
+
+
+class engine(enum.IntEnum):
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    vector = 5
+    sync = 6
+
+
+unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine = (
+    engine.unknown, engine.tensor, engine.scalar, engine.gpsimd, engine.vector)
+
+
+class reduce_cmd(enum.IntEnum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(enum.IntEnum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(enum.IntEnum):
+    none = 0
+    double_row = 1
+
+
+class nc_version(enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version() -> nc_version:
+    return nc_version(current().nc_version)
+
+
+def get_nc_sub_version() -> int:
+    return 0
+
+
+def _t(x, what: str) -> NkiTensor:
+    if not isinstance(x, NkiTensor):
+        raise TypeError(f"{what} must be a tensor (nl.ndarray or a view of one), got {type(x).__name__}")
+    return x
+
+
+def _opt_t(x, what: str):
+    return None if x is None else _t(x, what)
+
+
+def _scalar_or_column(x, what: str):
+    """(tensor or None, immediate): an operand that is an fp32 scalar or a (P, 1) tensor."""
+    if x is None:
+        return None, 0.0
+    if isinstance(x, NkiTensor):
+        return x, 0.0
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{what} must be a number or a (P, 1) tensor, got {type(x).__name__}")
+    return None, float(x)
+
+
+def _engine(e) -> int:
+    return int(engine(e)) if e is not None else 0
+
+
+# ---- data movement -------------------------------------------------------------------------
+
+def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
+             name=None):
+    """``dst = src`` by DMA (HBM/SBUF, never PSUM); different dtypes convert through fp32."""
+    current().emit(_DMA_COPY, [_t(dst, "dst"), _t(src, "src")])
+
+
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
+    """On-chip copy by the Vector, Scalar or GpSimd engine (bit-exact for equal dtypes)."""
+    current().emit(_TENSOR_COPY, [_t(dst, "dst"), _t(src, "src")], [_engine(engine)])
+
+
+def memset(dst, value, engine=engine.unknown, name=None):
+    """Fill ``dst`` with a compile-time constant of the destination's kind (int for integer dtypes)."""
+    _t(dst, "dst")
+    is_int_dtype = dst.dtype.startswith(("int", "uint")) or dst.dtype == "bool_"
+    if isinstance(value, float) and is_int_dtype and value == value and value not in (float("inf"), float("-inf")):
+        raise NkiValidationError(f"memset: value {value!r} is a float but dst is {dst.dtype}; pass an int",
+                                 "dtype", *_here())
+    current().emit(_MEMSET, [dst], floats=[float(value)])
+
+
+def _pattern(pattern):
+    pairs = [[int(s), int(n)] for s, n in pattern]
+    if not 1 <= len(pairs) <= 4:
+        raise ValueError(f"pattern must have 1 to 4 [step, num] pairs, got {pattern!r}")
+    return [x for p in pairs for x in p]
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    """``dst[c, i...] = offset + c * channel_multiplier + sum(i_k * step_k)`` computed in int32."""
+    _t(dst, "dst")
+    flat = _pattern(pattern)
+    n = 1
+    for i in range(1, len(flat), 2):
+        n *= flat[i]
+    if n != dst.size // dst.shape[0]:
+        raise NkiValidationError(f"iota: the pattern covers {n} elements but dst has {dst.size // dst.shape[0]} per "
+                                 "partition", "shape-mismatch", *_here())
+    current().emit(_IOTA, [dst], [int(offset), int(channel_multiplier)] + flat)
+
+
+# ---- Tensor engine -------------------------------------------------------------------------
+
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
+    """``dst[M, N] (PSUM, fp32) (+)= stationary[K, M].T @ moving[K, N]`` (SBUF operands).
+
+    ``accumulate=None``: the first matmul write to a PSUM element overwrites it, later ones add."""
+    if perf_mode not in (None, matmul_perf_mode.none):
+        raise NotImplementedError("nc_matmul: perf_mode=double_row is not supported by this simulator yet")
+    if tile_position or tile_size:
+        if not (tile_position and tile_size):
+            raise ValueError("nc_matmul: tile_position and tile_size are given together")
+    acc = -1 if accumulate is None else int(bool(accumulate))
+    current().emit(_MATMUL, [_t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving")],
+                   [acc, int(bool(is_transpose))])
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
+    """``dst[F, P] = data[P, F]``: Tensor engine (<= 128 x 128, SBUF -> PSUM) or Vector (<= 32 x 32)."""
+    current().emit(_TRANSPOSE, [_t(dst, "dst"), _t(data, "data")], [_engine(engine)])
+
+
+# ---- Vector / Scalar / GpSimd compute -------------------------------------------------------
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
+    """``dst = op(data1, data2)`` element-wise, in fp32 (bitwise ops on integers)."""
+    current().emit(_TENSOR_TENSOR, [_t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2")],
+                   [_ops.alu(op, "op"), _engine(engine)])
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine=engine.unknown, name=None):
+    """``dst = (data op0 operand0) op1 operand1``; operands are scalars or (P, 1) fp32 columns."""
+    if (op1 is None) != (operand1 is None) and not (op1 is not None and _ops.alu_is_unary(op1)):
+        raise ValueError("tensor_scalar: op1 and operand1 are given together (or both None)")
+    t0, i0 = _scalar_or_column(operand0, "operand0")
+    t1, i1 = _scalar_or_column(operand1, "operand1")
+    ops = [_ops.alu(op0, "op0"), int(bool(reverse0)), -1 if op1 is None else _ops.alu(op1, "op1"),
+           int(bool(reverse1))]
+    current().emit(_TENSOR_SCALAR, [_t(dst, "dst"), _t(data, "data"), t0, t1], ops, [i0, i1])
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+    """``dst = (data op0 operand0) op1 operand1``; operand0 scalar or (P, 1), operand1 a full tile."""
+    t0, i0 = _scalar_or_column(operand0, "operand0")
+    current().emit(_SCALAR_TENSOR_TENSOR, [_t(dst, "dst"), _t(data, "data"), t0, _t(operand1, "operand1")],
+                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [i0])
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               name=None):
+    """``dst = op(data * scale + bias)`` on the Scalar engine, in fp32. With ``reduce_cmd`` the
+    per-partition sum of the result accumulates in the engine's registers; ``reduce_res`` (P, 1)
+    receives them."""
+    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.ADD:
+        raise NkiValidationError("activation: reduce_op must be nl.add", "dtype", *_here())
+    tb, ib = _scalar_or_column(bias, "bias")
+    ts, is_ = _scalar_or_column(scale, "scale")
+    if ts is None and scale is None:
+        is_ = 1.0
+    current().emit(_ACTIVATION, [_t(dst, "dst"), _t(data, "data"), tb, ts, _opt_t(reduce_res, "reduce_res")],
+                   [_ops.act(op), int(reduce_cmd)], [is_, ib])
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    """``activation`` with the sum over the free dimensions written to ``reduce_res``."""
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd=reduce_cmd.reset_reduce)
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    """Reduce the trailing free axes ``axis`` of ``data`` with ``op`` (fp32)."""
+    axes = [int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    _t(data, "data")
+    axes = [a + data.ndim if a < 0 else a for a in axes]
+    current().emit(_TENSOR_REDUCE, [_t(dst, "dst"), data], [_ops.alu(op, "op"), int(bool(negate))] + axes)
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
+    """Per partition: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` with ``r[-1] = initial``."""
+    ti, ii = _scalar_or_column(initial, "initial")
+    current().emit(_SCAN, [_t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), ti],
+                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [ii])
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0, name=None):
+    """``dst = on_true_tile where cmp_op(affine value, 0) else on_false_value`` (the affine value as in iota)."""
+    from . import language as nl
+
+    cmp_op = nl.equal if cmp_op is None else cmp_op
+    current().emit(_AFFINE_SELECT, [_t(dst, "dst"), _t(on_true_tile, "on_true_tile")],
+                   [_ops.alu(cmp_op, "cmp_op"), int(offset), int(channel_multiplier)] + _pattern(pattern),
+                   [float(on_false_value)])
+
+
+def select(dst, predicate, on_true, on_false, name=None):
+    """``dst = on_true where predicate != 0 else on_false`` (on_false a scalar or a (P, 1) column)."""
+    tf, if_ = _scalar_or_column(on_false, "on_false")
+    current().emit(_SELECT, [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf], [], [if_])
+
+
+def reciprocal(dst, data, name=None):
+    """``dst = 1 / data`` on the Vector engine (fp32)."""
+    current().emit(_RECIPROCAL, [_t(dst, "dst"), _t(data, "data")])
+
+
+def tensor_partition_reduce(dst, op, data, name=None):
+    """Reduce across partitions: ``dst[0, :] = op over p of data[p, :]``."""
+    current().emit(_PARTITION_REDUCE, [_t(dst, "dst"), _t(data, "data")], [_ops.alu(op, "op")])
+
+
+def bn_stats(dst, data, name=None):
+    """Per partition, over at most 512 elements: ``[count, mean, var*count]`` of the even and of
+    the odd positions (6 values)."""
+    current().emit(_BN_STATS, [_t(dst, "dst"), _t(data, "data")])
+
+
+def bn_aggr(dst, data, name=None):
+    """Combine bn_stats triples into ``[mean, variance]`` per partition."""
+    current().emit(_BN_AGGR, [_t(dst, "dst"), _t(data, "data")])
+
+
+def max8(dst, src, name=None):
+    """The 8 largest values of each partition, descending."""
+    current().emit(_MAX8, [_t(dst, "dst"), _t(src, "src")])
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    """Per partition, the index of the first occurrence of each of 8 values (all ones when absent)."""
+    current().emit(_FIND_INDEX8, [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals")])
+
+
+def _here():
+    from ._trace import source_location
+
+    return source_location()

@@ -1,0 +1,473 @@
+"""``nki.language``: memories, dtypes, tile sizes, tensor creation, SPMD queries, loops, and the
+convenience operations (``nl.load``, ``nl.add``, ``nl.matmul``, ``nl.softmax``, ...), each built
+from ``nki.isa`` instructions. The math functions double as operator codes (``op=nl.add``)."""
+
+from __future__ import annotations
+
+import math
+
+from . import _ops
+from . import isa as nisa
+from ._trace import MemoryRegion, NkiTensor, current, ds, normalize_dtype
+
+# ---- memories --------------------------------------------------------------------------------
+sbuf = MemoryRegion.sbuf
+psum = MemoryRegion.psum
+private_hbm = MemoryRegion.private_hbm
+shared_hbm = MemoryRegion.shared_hbm
+hbm = private_hbm
+
+
+def is_hbm(buffer) -> bool:
+    return buffer in (private_hbm, shared_hbm)
+
+
+def is_on_chip(buffer) -> bool:
+    return buffer in (sbuf, psum)
+
+
+def is_psum(buffer) -> bool:
+    return buffer is psum
+
+
+def is_sbuf(buffer) -> bool:
+    return buffer is sbuf
+
+
+# ---- dtypes ----------------------------------------------------------------------------------
+float32 = "float32"
+bfloat16 = "bfloat16"
+float16 = "float16"
+tfloat32 = "tfloat32"
+float8_e4m3 = "float8_e4m3"
+float8_e4m3fn = "float8_e4m3fn"
+float8_e5m2 = "float8_e5m2"
+int8, uint8, int16, uint16, int32, uint32 = "int8", "uint8", "int16", "uint16", "int32", "uint32"
+bool_ = "bool_"
+
+
+# ---- tile sizes ------------------------------------------------------------------------------
+class _TileSize:
+    pmax = 128
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_fmax = 512
+    psum_num_banks = 8
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        return 256 * 1024 if _target() == "trn3" else 224 * 1024
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return self.sbuf_fmax_bytes // 4
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        return self.sbuf_fmax_bytes
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return self.sbuf_fmax_bytes * 128
+
+
+tile_size = _TileSize()
+
+
+def _target() -> str:
+    from ._trace import _local
+
+    t = getattr(_local, "trace", None)
+    return t.target if t is not None else "trn2"
+
+
+# ---- creation --------------------------------------------------------------------------------
+def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTensor:
+    """An uninitialized tensor in ``buffer`` (on-chip: dimension 0 is the partition dimension)."""
+    return NkiTensor.declare(shape, dtype, buffer, name)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    t = ndarray(shape, dtype, buffer, name)
+    nisa.memset(dst=t, value=fill_value)
+    return t
+
+
+def zeros(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    t = ndarray(shape, dtype, buffer, name)
+    nisa.memset(dst=t, value=0 if normalize_dtype(dtype).startswith(("int", "uint", "bool")) else 0.0)
+    return t
+
+
+def ones(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    t = ndarray(shape, dtype, buffer, name)
+    nisa.memset(dst=t, value=1 if normalize_dtype(dtype).startswith(("int", "uint", "bool")) else 1.0)
+    return t
+
+
+def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    return zeros(x.shape, dtype or x.dtype, buffer or sbuf, name)
+
+
+def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name)
+
+
+# ---- SPMD ------------------------------------------------------------------------------------
+def program_id(axis: int = 0) -> int:
+    t = current()
+    if not t.grid:
+        return 0
+    if not 0 <= axis < len(t.grid):
+        raise ValueError(f"program_id: axis {axis} out of range for a {len(t.grid)}-D launch grid {t.grid}")
+    return t.program_id[axis]
+
+
+def num_programs(axes: int = 0) -> int:
+    t = current()
+    if not t.grid:
+        return 1
+    if isinstance(axes, (tuple, list)):
+        return math.prod(t.grid[a] for a in axes)
+    return t.grid[axes]
+
+
+def program_ndim() -> int:
+    return len(current().grid)
+
+
+# ---- loops (all unrolled at trace time, as Python range) ---------------------------------------
+def affine_range(start, stop=None, step=1):
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+sequential_range = affine_range
+static_range = affine_range
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """Runs ``body_fun(i)`` for i in range(lower, upper, step) (unrolled: bounds are trace-time ints)."""
+    if not all(isinstance(v, int) for v in (lower, upper, step)):
+        raise NotImplementedError("fori_loop: run-time (register) bounds are not supported by this simulator yet")
+    for i in range(lower, upper, step):
+        body_fun(i)
+
+
+class no_reorder:
+    """Instructions run in program order in the simulator; the block changes nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def device_print(print_prefix: str, tensor) -> None:
+    raise NotImplementedError("device_print is not supported by this simulator yet")
+
+
+# ---- operators (functions that are also op codes) ----------------------------------------------
+def _result_like(x: NkiTensor, dtype) -> NkiTensor:
+    return ndarray(x.shape, normalize_dtype(dtype) if dtype is not None else x.dtype, sbuf)
+
+
+def _binary(op_fn, x, y, dtype):
+    xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+    if not xt and not yt:
+        raise TypeError(f"nl.{op_fn.__name__}: at least one operand must be a tensor")
+    if xt and yt:
+        if x.shape == y.shape:
+            out = _result_like(x, dtype)
+            nisa.tensor_tensor(dst=out, data1=x, data2=y, op=op_fn)
+            return out
+        # A (P, 1) column against a (P, F) tile: a per-partition scalar operand.
+        for big, col, rev in ((x, y, False), (y, x, True)):
+            if col.shape[0] == big.shape[0] and col.size == col.shape[0] and big.size != big.shape[0]:
+                col32 = col if col.dtype == float32 else copy(col, dtype=float32)
+                out = _result_like(big, dtype)
+                nisa.tensor_scalar(dst=out, data=big, op0=op_fn, operand0=col32, reverse0=rev)
+                return out
+        raise ValueError(f"nl.{op_fn.__name__}: shapes {x.shape} and {y.shape} do not match (binary operations "
+                         "take equal shapes, or a (P, 1) column with a (P, F) tile)")
+    big, imm, rev = (x, y, False) if xt else (y, x, True)
+    out = _result_like(big, dtype)
+    nisa.tensor_scalar(dst=out, data=big, op0=op_fn, operand0=float(imm), reverse0=rev)
+    return out
+
+
+def _define_binary(name: str, code: int):
+    def fn(x, y, dtype=None):
+        return _binary(fn, x, y, dtype)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Element-wise ``{name}(x, y)`` in fp32; the result is a new SBUF tile."
+    return _ops.register(fn, alu=code)
+
+
+add = _define_binary("add", _ops.ADD)
+subtract = _define_binary("subtract", _ops.SUBTRACT)
+multiply = _define_binary("multiply", _ops.MULTIPLY)
+divide = _define_binary("divide", _ops.DIVIDE)
+maximum = _define_binary("maximum", _ops.MAXIMUM)
+minimum = _define_binary("minimum", _ops.MINIMUM)
+power = _define_binary("power", _ops.POWER)
+abs_max = _define_binary("abs_max", _ops.ABS_MAX)
+abs_min = _define_binary("abs_min", _ops.ABS_MIN)
+equal = _define_binary("equal", _ops.EQUAL)
+not_equal = _define_binary("not_equal", _ops.NOT_EQUAL)
+greater = _define_binary("greater", _ops.GREATER)
+greater_equal = _define_binary("greater_equal", _ops.GREATER_EQUAL)
+less = _define_binary("less", _ops.LESS)
+less_equal = _define_binary("less_equal", _ops.LESS_EQUAL)
+logical_and = _define_binary("logical_and", _ops.LOGICAL_AND)
+logical_or = _define_binary("logical_or", _ops.LOGICAL_OR)
+logical_xor = _define_binary("logical_xor", _ops.LOGICAL_XOR)
+bitwise_and = _define_binary("bitwise_and", _ops.BITWISE_AND)
+bitwise_or = _define_binary("bitwise_or", _ops.BITWISE_OR)
+bitwise_xor = _define_binary("bitwise_xor", _ops.BITWISE_XOR)
+left_shift = _define_binary("left_shift", _ops.LEFT_SHIFT)
+right_shift = _define_binary("right_shift", _ops.RIGHT_SHIFT)
+
+
+def _define_unary(name: str, act_code: int, alu_code: int | None = None):
+    def fn(x, dtype=None):
+        out = _result_like(x, dtype)
+        nisa.activation(dst=out, op=fn, data=x)
+        return out
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Element-wise ``{name}(x)`` on the Scalar engine; the result is a new SBUF tile."
+    return _ops.register(fn, alu=alu_code, act=act_code)
+
+
+exp = _define_unary("exp", _ops.A_EXP)
+log = _define_unary("log", _ops.A_LOG)
+tanh = _define_unary("tanh", _ops.A_TANH)
+sigmoid = _define_unary("sigmoid", _ops.A_SIGMOID)
+relu = _define_unary("relu", _ops.A_RELU, _ops.RELU)
+gelu = _define_unary("gelu", _ops.A_GELU)
+gelu_apprx_tanh = _define_unary("gelu_apprx_tanh", _ops.A_GELU_TANH)
+gelu_apprx_sigmoid = _define_unary("gelu_apprx_sigmoid", _ops.A_GELU_SIGMOID)
+gelu_dx = _define_unary("gelu_dx", _ops.A_GELU_DX)
+silu = _define_unary("silu", _ops.A_SILU)
+silu_dx = _define_unary("silu_dx", _ops.A_SILU_DX)
+sqrt = _define_unary("sqrt", _ops.A_SQRT)
+rsqrt = _define_unary("rsqrt", _ops.A_RSQRT, _ops.RSQRT)
+reciprocal = _define_unary("reciprocal", _ops.A_RECIPROCAL, _ops.RECIPROCAL)
+square = _define_unary("square", _ops.A_SQUARE, _ops.SQUARE)
+abs = _define_unary("abs", _ops.A_ABS, _ops.ABS)  # noqa: A001 - NKI's name
+sign = _define_unary("sign", _ops.A_SIGN)
+sin = _define_unary("sin", _ops.A_SIN)
+cos = _define_unary("cos", _ops.A_COS)
+arctan = _define_unary("arctan", _ops.A_ARCTAN)
+softplus = _define_unary("softplus", _ops.A_SOFTPLUS)
+mish = _define_unary("mish", _ops.A_MISH)
+erf = _define_unary("erf", _ops.A_ERF)
+erf_dx = _define_unary("erf_dx", _ops.A_ERF_DX)
+negative = _define_unary("negative", _ops.A_NEGATIVE)
+bypass = _ops.register(lambda x: x, alu=_ops.BYPASS)
+bypass.__name__ = "bypass"
+average = _ops.register(lambda x: x, alu=_ops.AVERAGE)
+average.__name__ = "average"
+
+
+def copy(x: NkiTensor, dtype=None) -> NkiTensor:
+    """A new SBUF tile with ``x``'s values (from SBUF or PSUM); as an op code, the identity."""
+    out = _result_like(x, dtype)
+    nisa.tensor_copy(dst=out, src=x)
+    return out
+
+
+_ops.register(copy, act=_ops.A_COPY)
+
+
+# ---- reductions --------------------------------------------------------------------------------
+def _reduce(op_fn, x: NkiTensor, axis, dtype, keepdims):
+    axes = sorted(a + x.ndim if a < 0 else a for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    kept = [x.shape[d] for d in range(x.ndim) if d not in axes]
+    shape = [x.shape[d] if d not in axes else 1 for d in range(x.ndim)] if keepdims else kept
+    if len(shape) < 2:
+        shape = shape + [1]
+    out = ndarray(shape, normalize_dtype(dtype) if dtype else x.dtype, sbuf)
+    nisa.tensor_reduce(dst=out, op=op_fn, data=x, axis=axes, keepdims=keepdims)
+    return out, math.prod(x.shape[a] for a in axes)
+
+
+def _define_reduce(name: str, op_fn):
+    def fn(x, axis, dtype=None, keepdims=False):
+        return _reduce(op_fn, x, axis, dtype, keepdims)[0]
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``{name}`` over the trailing free ``axis`` (int or tuple); the result is a new SBUF tile."
+    return fn
+
+
+sum = _define_reduce("sum", add)  # noqa: A001 - NKI's name
+prod = _define_reduce("prod", multiply)
+max = _define_reduce("max", maximum)  # noqa: A001
+min = _define_reduce("min", minimum)  # noqa: A001
+_ops.register(max, alu=_ops.MAXIMUM)
+_ops.register(min, alu=_ops.MINIMUM)
+all = _define_reduce("all", logical_and)  # noqa: A001
+
+
+def mean(x: NkiTensor, axis, dtype=None, keepdims=False) -> NkiTensor:
+    s, n = _reduce(add, x, axis, float32, keepdims)
+    out = _result_like(s, dtype or x.dtype)
+    nisa.tensor_scalar(dst=out, data=s, op0=multiply, operand0=1.0 / n)
+    return out
+
+
+def var(x: NkiTensor, axis, dtype=None, keepdims=False) -> NkiTensor:
+    """Population variance over ``axis`` (the result keeps the reduced dims as size 1)."""
+    m = mean(x, axis, dtype=float32, keepdims=True)
+    col = m if m.size == m.shape[0] else None
+    if col is None:
+        raise NotImplementedError("var: only reductions over all free axes are supported")
+    d = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=d, data=x, op0=subtract, operand0=col.reshape((col.shape[0], 1)), op1=square,
+                       operand1=None)
+    return mean(d, axis, dtype=dtype or x.dtype, keepdims=True)
+
+
+# ---- data movement and matmul ------------------------------------------------------------------
+def load(src: NkiTensor, dtype=None) -> NkiTensor:
+    """HBM -> a new SBUF tile of the same shape (dimension 0 becomes the partition dimension)."""
+    shape = src.shape if len(src.shape) >= 2 else (1,) + tuple(src.shape)
+    out = ndarray(shape, normalize_dtype(dtype) if dtype else src.dtype, sbuf)
+    nisa.dma_copy(dst=out, src=src if len(src.shape) >= 2 else src.reshape(shape))
+    return out
+
+
+def store(dst: NkiTensor, value: NkiTensor) -> None:
+    """An SBUF tile -> HBM ``dst``."""
+    nisa.dma_copy(dst=dst, src=value)
+
+
+def load_transpose2d(src: NkiTensor, dtype=None) -> NkiTensor:
+    tile = load(src, dtype)
+    return copy(transpose(tile))
+
+
+def transpose(x: NkiTensor, dtype=None) -> NkiTensor:
+    """2-D partition/free transpose on the Tensor engine; the result is in PSUM."""
+    out = ndarray((x.size // x.shape[0], x.shape[0]), normalize_dtype(dtype) if dtype else x.dtype, psum)
+    src = x if x.buffer is sbuf else copy(x)
+    nisa.nc_transpose(dst=out, data=src)
+    return out
+
+
+def matmul(x: NkiTensor, y: NkiTensor, transpose_x: bool = False) -> NkiTensor:
+    """``x.T @ y`` with ``transpose_x=True`` (x is [K, M]), else ``x @ y``; fp32 result in PSUM."""
+    if not transpose_x:
+        xt = transpose(x)
+        x = copy(xt)
+    out = ndarray((x.size // x.shape[0], y.size // y.shape[0]), float32, psum)
+    nisa.nc_matmul(dst=out, stationary=x, moving=y)
+    return out
+
+
+def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
+    """Broadcast size-1 dimensions (including the partition dimension) to ``shape``."""
+    shape = tuple(int(s) for s in shape)
+    if tuple(x.shape) == shape and dtype is None:
+        return x
+    if len(shape) != x.ndim:
+        raise ValueError(f"broadcast_to: {x.shape} -> {shape} changes the rank")
+    view = x
+    for d in range(1, x.ndim):
+        if x.shape[d] != shape[d]:
+            if x.shape[d] != 1:
+                raise ValueError(f"broadcast_to: dimension {d} of {x.shape} is not 1 and differs from {shape}")
+            view = view.broadcast(d, shape[d])
+    dt = normalize_dtype(dtype) if dtype else x.dtype
+    if x.shape[0] == shape[0]:
+        out = ndarray(shape, dt, sbuf)
+        nisa.tensor_copy(dst=out, src=view)
+        return out
+    if x.shape[0] != 1:
+        raise ValueError(f"broadcast_to: the partition dimension {x.shape[0]} is not 1 and differs from {shape[0]}")
+    # Partition broadcast on the Tensor engine: ones[1, P].T @ row[1, F], 512 columns at a time.
+    P, F = shape[0], math.prod(shape[1:])
+    ones_row = full((1, P), 1.0, bfloat16 if x.dtype in (bfloat16, float16) else float32)
+    row = view if view.buffer is sbuf else copy(view)
+    row = row.reshape((1, F)) if row.is_contiguous() else copy(row).reshape((1, F))
+    if ones_row.dtype != row.dtype and (row.dtype in (float32, tfloat32)) != (ones_row.dtype == float32):
+        row = copy(row, dtype=float32)
+    out = ndarray((P, F), dt, sbuf)
+    for f0 in range(0, F, 512):
+        n = builtins_min(512, F - f0)
+        acc = ndarray((P, n), float32, psum)
+        nisa.nc_matmul(dst=acc, stationary=ones_row, moving=row[:, f0:f0 + n])
+        nisa.tensor_copy(dst=out[:, f0:f0 + n], src=acc)
+    return out.reshape(shape)
+
+
+def builtins_min(a, b):
+    return a if a < b else b
+
+
+def where(condition: NkiTensor, x, y, dtype=None) -> NkiTensor:
+    """``x`` where condition != 0 else ``y`` (y a tile, scalar or (P, 1) column)."""
+    out = _result_like(x if isinstance(x, NkiTensor) else condition, dtype)
+    if isinstance(y, NkiTensor) and y.shape == out.shape:
+        # Both tiles: x where c, else y == y + c * (x - y) would round; select twice instead.
+        nisa.tensor_copy(dst=out, src=y)
+        nisa.select(dst=out, predicate=condition, on_true=x, on_false=0.0)
+        inv = ndarray(condition.shape, float32, sbuf)
+        nisa.tensor_scalar(dst=inv, data=condition, op0=equal, operand0=0.0)
+        tmp = ndarray(out.shape, out.dtype, sbuf)
+        nisa.select(dst=tmp, predicate=inv, on_true=y, on_false=0.0)
+        nisa.tensor_tensor(dst=out, data1=out, data2=tmp, op=add)
+        return out
+    nisa.select(dst=out, predicate=condition, on_true=x, on_false=y)
+    return out
+
+
+def softmax(x: NkiTensor, axis=-1, dtype=None) -> NkiTensor:
+    """Softmax over the last free axis of a (P, F) tile, in fp32."""
+    axis = axis + x.ndim if axis < 0 else axis
+    if axis != x.ndim - 1:
+        raise ValueError("softmax: the axis is the last free axis")
+    P = x.shape[0]
+    m = ndarray((P, 1), float32, sbuf)
+    nisa.tensor_reduce(dst=m, op=maximum, data=x, axis=(axis,), negate=True)
+    e = ndarray(x.shape, float32, sbuf)
+    s = ndarray((P, 1), float32, sbuf)
+    nisa.activation(dst=e, op=exp, data=x, bias=m, reduce_op=add, reduce_res=s,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    r = ndarray((P, 1), float32, sbuf)
+    nisa.reciprocal(dst=r, data=s)
+    out = _result_like(x, dtype)
+    nisa.tensor_scalar(dst=out, data=e, op0=multiply, operand0=r)
+    return out
+
+
+def rms_norm(x: NkiTensor, w: NkiTensor, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> NkiTensor:
+    """``x / sqrt(mean(x**2) + epsilon) * w`` over the last free axis (n elements)."""
+    P = x.shape[0]
+    sq = ndarray(x.shape, float32, sbuf)
+    ss = ndarray((P, 1), float32, sbuf)
+    nisa.activation(dst=sq, op=square, data=x, reduce_op=add, reduce_res=ss, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    rinv = ndarray((P, 1), float32, sbuf)
+    nisa.tensor_scalar(dst=rinv, data=ss, op0=multiply, operand0=1.0 / n, op1=add, operand1=float(epsilon))
+    nisa.activation(dst=rinv, op=rsqrt, data=rinv)
+    normed = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=normed, data=x, op0=multiply, operand0=rinv)
+    out = _result_like(x, dtype)
+    wb = broadcast_to(w, x.shape) if w.shape != x.shape else w
+    nisa.tensor_tensor(dst=out, data1=normed, data2=wb, op=multiply)
+    return out
+
+
+def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
+    return x.expand_dim(axis)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "builtins_min")]
