@@ -177,10 +177,11 @@ class Kernel:
                     raise NkiValidationError(
                         f"kernel output {j} ({o.name or 'unnamed'}, {o.shape}) is in {o.buffer!r}; kernel outputs "
                         "are allocated with nl.ndarray(..., buffer=nl.shared_hbm)", "kernel-output",
-                        *_decl_location(o))
+                        *trace.decl_loc.get(o._tid, ("", 0)))
                 if o.shape != o._base_shape or o.offset != 0:
                     raise NkiValidationError(f"kernel output {j} is a view {o.shape} of a tensor {o._base_shape}; "
-                                             "return the whole tensor", "kernel-output")
+                                             "return the whole tensor", "kernel-output",
+                                             *trace.decl_loc.get(o._tid, ("", 0)))
                 trace.builder.set_external(o._tid, n_in + j)
                 inst_outputs.append((o.shape, o.dtype))
             if outputs is None:
@@ -191,10 +192,6 @@ class Kernel:
                                          f"({outputs} vs {inst_outputs})", "kernel-output")
             programs.append(trace.builder.build(NkiValidationError))
         return _Compiled(programs, outputs, structure, n_in)
-
-
-def _decl_location(t: NkiTensor):
-    return ("", 0)
 
 
 def _grid_points(grid):
@@ -237,6 +234,11 @@ def _run(compiled: _Compiled, tensors: list):
             raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
                                + " and ".join(sorted(str(d) for d in devices)) + " (NKI kernel arguments)")
         device = devices.pop() if devices else torch.device("cpu")
+        if _symbolic(tensors):
+            # FakeTensorMode (torch.compile, a custom op's fake implementation): the kernel is
+            # traced and verified; results have its output shapes and are never computed.
+            outs = [torch.empty(shape, dtype=_torch_dtype(dtype), device=device) for shape, dtype in compiled.outputs]
+            return _structured(compiled, outs)
         for t in tensors:
             x = t.value
             if not x.is_contiguous():
@@ -277,11 +279,21 @@ def _run(compiled: _Compiled, tensors: list):
         p.run(addresses)
     for orig, c in writeback:
         orig[...] = c
+    return _structured(compiled, outs)
+
+
+def _structured(compiled: _Compiled, outs: list):
     if compiled.structure is None:
         return None
     if compiled.structure == "single":
         return outs[0]
     return tuple(outs)
+
+
+def _symbolic(tensors) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return any(t.value.is_meta or is_fake(t.value) for t in tensors)
 
 
 def _torch_dtype(dtype: str):

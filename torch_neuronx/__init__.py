@@ -89,6 +89,16 @@ def __getattr__(name: str):
     # check_model is imported on first use: torch imports this package on every `import torch`,
     # and importing torch_neuronx.check here would also make `python -m torch_neuronx.check`
     # run a module that is already imported (runpy's RuntimeWarning).
+    if name in ("nki_op", "wrap_nki"):  # loaded on first use: NKI is not needed to use the device
+        from torch_neuronx import _nki
+
+        globals()[name] = getattr(_nki, name)
+        return globals()[name]
+    if name == "nki":
+        import nki
+
+        globals()["nki"] = nki
+        return nki
     if name == "check_model":
         from torch_neuronx.check import check_model
 
@@ -104,5 +114,8 @@ __all__ = [
     "get_executed_ops",
     "get_fallback_ops",
     "get_fallback_policy",
+    "nki",
+    "nki_op",
     "set_fallback_policy",
+    "wrap_nki",
 ]

@@ -244,6 +244,10 @@ def __getattr__(name: str):
         from torch_neuronx.compile import _metrics
 
         return getattr(_metrics, name)
+    if name in ("nki_op", "wrap_nki"):
+        from torch_neuronx import _nki
+
+        return getattr(_nki, name)
     if name == "default_generators":
         return tuple(_C._default_generator(i) for i in range(device_count()))
     raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
@@ -290,6 +294,7 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "nki_op",
     "reset_accumulated_memory_stats",
     "reset_dynamo_metrics",
     "reset_max_memory_allocated",
