@@ -15,6 +15,7 @@
 
 #include "nki/numerics.h"
 
+
 namespace neuron::nki {
 namespace {
 
@@ -110,6 +111,76 @@ float act(Act op, float x) {
   return kNaN;
 }
 
+// R[M, N] = S[K, M].T @ V[K, N] in fp32, each element summed over k in order. Register
+// blocks of MB rows x NB columns stay in registers while k runs; compiled per ISA below.
+template <int MB, int NB>
+inline __attribute__((always_inline)) void matmul_body(const float* __restrict S, int64_t lds,
+                                                      const float* __restrict V, int64_t ldv, float* __restrict R,
+                                                      int64_t K, int64_t N, int64_t m_begin, int64_t m_end) {
+  // Column blocks outside: the [K, NB] slab of V stays in L1 while every row block uses it.
+  const int64_t m_full = m_begin + (m_end - m_begin) / MB * MB;
+  int64_t n0 = 0;
+  for (; n0 + NB <= N; n0 += NB) {
+    for (int64_t m0 = m_begin; m0 < m_full; m0 += MB) {
+      float acc[MB][NB] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const float* v = V + k * ldv + n0;
+        const float* s = S + k * lds + m0;
+        for (int i = 0; i < MB; ++i)
+          for (int j = 0; j < NB; ++j) acc[i][j] += s[i] * v[j];
+      }
+      for (int i = 0; i < MB; ++i)
+        for (int j = 0; j < NB; ++j) R[(m0 + i) * N + n0 + j] = acc[i][j];
+    }
+  }
+  // Remainders: columns past the last full block, rows past the last block of 4.
+  for (int64_t m = m_begin; m < m_end; ++m) {
+    for (int64_t n = (m < m_full ? n0 : 0); n < N; ++n) {
+      float a = 0.0f;
+      for (int64_t k = 0; k < K; ++k) a += S[k * lds + m] * V[k * ldv + n];
+      R[m * N + n] = a;
+    }
+  }
+}
+
+#define NKI_MATMUL_ARGS const float *S, int64_t lds, const float *V, int64_t ldv, float *R, int64_t K, int64_t N, \
+                        int64_t b, int64_t e
+void matmul_rows_base(NKI_MATMUL_ARGS) { matmul_body<4, 16>(S, lds, V, ldv, R, K, N, b, e); }
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) void matmul_rows_avx2(NKI_MATMUL_ARGS) {
+  matmul_body<4, 32>(S, lds, V, ldv, R, K, N, b, e);
+}
+__attribute__((target("avx512f"))) void matmul_rows_avx512(NKI_MATMUL_ARGS) {
+  matmul_body<8, 32>(S, lds, V, ldv, R, K, N, b, e);
+}
+#endif
+
+void matmul_rows(NKI_MATMUL_ARGS) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int isa = __builtin_cpu_supports("avx512f") ? 2 : (__builtin_cpu_supports("avx2") &&
+                                                                   __builtin_cpu_supports("fma")) ? 1 : 0;
+  if (isa == 2) return matmul_rows_avx512(S, lds, V, ldv, R, K, N, b, e);
+  if (isa == 1) return matmul_rows_avx2(S, lds, V, ldv, R, K, N, b, e);
+#endif
+  matmul_rows_base(S, lds, V, ldv, R, K, N, b, e);
+}
+
+ParallelFor& parallel_hook() {
+  static ParallelFor hook;
+  return hook;
+}
+
+// Large tiles split their row blocks over the host's threads (results do not depend on the split).
+void matmul_tile(const float* S, int64_t lds, const float* V, int64_t ldv, float* R, int64_t K, int64_t M,
+                 int64_t N) {
+  const ParallelFor& par = parallel_hook();
+  const int64_t blocks = (M + 7) / 8;
+  if (!par || K * M * N < (1 << 20) || blocks < 2) return matmul_rows(S, lds, V, ldv, R, K, N, 0, M);
+  par(blocks, [&](int64_t b, int64_t e) {
+    matmul_rows(S, lds, V, ldv, R, K, N, b * 8, std::min<int64_t>(M, e * 8));
+  });
+}
+
 // Calls f(element_offset, element_stride, count, dense_index) for each innermost run of a.
 template <class F>
 void for_runs(const Access& a, F&& f) {
@@ -136,6 +207,8 @@ void for_runs(const Access& a, F&& f) {
 }
 
 }  // namespace
+
+void set_parallel_for(ParallelFor f) { parallel_hook() = std::move(f); }
 
 struct Program::State {
   Program& p;
@@ -187,7 +260,38 @@ struct Program::State {
       }
     });
   }
+  // Elements per partition row when an access's free elements are contiguous, else -1.
+  static int64_t dense_row(const Access& a, int64_t* ld) {
+    if (a.dims.empty()) return -1;
+    int64_t expect = 1;
+    for (size_t i = a.dims.size() - 1; i >= 1; --i) {
+      if (a.dims[i].size != 1 && a.dims[i].stride != expect) return -1;
+      expect *= a.dims[i].size;
+    }
+    *ld = a.dims[0].size == 1 ? expect : a.dims[0].stride;
+    return expect;
+  }
+
   void copy(const Access& dst, const Access& src) {
+    int64_t lds, ldd;
+    const int64_t ns = dense_row(src, &lds), nd = dense_row(dst, &ldd);
+    if (ns > 0 && ns == nd && src.dims[0].size == dst.dims[0].size) {  // row by row, no staging
+      const DType sd = dt(src), dd = dt(dst);
+      const size_t ss = dtype_size(sd), ds = dtype_size(dd);
+      const uint8_t* sp = base(src.tensor) + src.offset * ss;
+      uint8_t* dp = base(dst.tensor) + dst.offset * ds;
+      std::vector<float>& row = buf[5];
+      if (sd != dd) row.resize(ns);
+      for (int64_t p = 0; p < src.dims[0].size; ++p) {
+        if (sd == dd) {
+          std::memmove(dp + p * ldd * ds, sp + p * lds * ss, ns * ss);
+        } else {
+          decode_run(sd, sp + p * lds * ss, 1, ns, row.data());
+          encode_run(dd, row.data(), ns, dp + p * ldd * ds, 1);
+        }
+      }
+      return;
+    }
     if (dt(dst) == dt(src)) return copy_raw(dst, src);
     scatter(dst, gather(src, 0));
   }
@@ -201,29 +305,53 @@ struct Program::State {
     return c;
   }
 
+  // An fp32 access whose free elements are contiguous in every partition: its memory, read in
+  // place, with *ld elements between partitions.
+  const float* dense_f32(const Access& a, int64_t* ld) {
+    if (dt(a) != DType::kFloat32 || a.dims.empty()) return nullptr;
+    int64_t expect = 1;
+    for (size_t i = a.dims.size() - 1; i >= 1; --i) {
+      if (a.dims[i].size != 1 && a.dims[i].stride != expect) return nullptr;
+      expect *= a.dims[i].size;
+    }
+    *ld = a.dims[0].size == 1 ? expect : a.dims[0].stride;
+    return reinterpret_cast<const float*>(base(a.tensor)) + a.offset;
+  }
+
   // Marks/queries "a matmul has written this PSUM element" (first write overwrites).
   uint8_t* written_flags(int t) { return p.psum_written_.data() + p.offset_[t]; }
 
   void matmul(const Instr& in) {
     const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
     const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
-    const float* S = gather(st, 1);  // [K, M]
-    const float* V = gather(mv, 2);  // [K, N]
+    int64_t lds = M, ldv = N;
+    const float* S = dense_f32(st, &lds);  // [K, M] rows, read in place when possible
+    if (!S) S = gather(st, 1), lds = M;
+    const float* V = dense_f32(mv, &ldv);  // [K, N]
+    if (!V) V = gather(mv, 2), ldv = N;
     std::vector<float>& R = buf[3];
-    R.assign(M * N, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float* vrow = V + k * N;
-      for (int64_t m = 0; m < M; ++m) {
-        const float s = S[k * M + m];
-        float* r = R.data() + m * N;
-        for (int64_t n = 0; n < N; ++n) r[n] += s * vrow[n];
-      }
-    }
+    R.resize(M * N);
+    matmul_tile(S, lds, V, ldv, R.data(), K, M, N);
     // PSUM: accumulate=None -> the first matmul write to an element overwrites it, later
     // ones add; accumulate=False always overwrites, True always adds.
     const int64_t acc = in.ints.empty() ? -1 : in.ints[0];
-    float* old = gather(dst, 0);
     uint8_t* flags = written_flags(dst.tensor);
+    int64_t ldd;
+    if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {  // fp32 PSUM: update in place
+      const int64_t f0 = d - reinterpret_cast<float*>(base(dst.tensor));
+      for (int64_t m = 0; m < M; ++m) {
+        float* row = d + m * ldd;
+        uint8_t* w = flags + f0 + m * ldd;
+        const float* r = R.data() + m * N;
+        for (int64_t n = 0; n < N; ++n) {
+          const bool add = acc == 1 || (acc == -1 && w[n]);
+          row[n] = add ? row[n] + r[n] : r[n];
+          w[n] = 1;
+        }
+      }
+      return;
+    }
+    float* old = gather(dst, 0);
     int64_t i = 0;
     for_runs(dst, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
       for (int64_t j = 0; j < n; ++j, ++i) {
@@ -576,8 +704,12 @@ void Program::run(const std::vector<void*>& external) {
     for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
       const TensorDecl& d = k_.tensors[t];
       const int64_t n = d.elements();
-      std::vector<float> fill(n, is_float(d.dtype) ? kNaN : 4.0f);
-      encode_run(d.dtype, fill.data(), n, arena_.data() + offset_[t], 1);
+      static thread_local std::vector<float> nan_block(4096, kNaN), four_block(4096, 4.0f);
+      const float* fill = is_float(d.dtype) ? nan_block.data() : four_block.data();
+      const size_t es = dtype_size(d.dtype);
+      for (int64_t i = 0; i < n; i += 4096) {
+        encode_run(d.dtype, fill, std::min<int64_t>(4096, n - i), arena_.data() + offset_[t] + i * es, 1);
+      }
       if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
     }
     s.exec(k_.instrs[i]);

@@ -8,12 +8,19 @@
 // outputs, in HBM) are caller memory: run() reads and writes it in place.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <vector>
 
 #include "nki/ir.h"
 
 namespace neuron::nki {
+
+// How the executor splits work over threads: parallel_for(n, body) calls body(begin, end) on
+// ranges covering [0, n). The host installs its thread pool (torch's, from the bindings);
+// without one the executor runs serially.
+using ParallelFor = std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>;
+void set_parallel_for(ParallelFor f);
 
 class Program {
  public:

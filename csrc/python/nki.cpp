@@ -1,6 +1,7 @@
 // torch_neuronx._C._nki: the NKI simulator's C++ core (csrc/nki) for the Python front-end
 // (nki/). The front-end records a traced kernel into a KernelBuilder; build() verifies it and
 // returns a Program, which runs on raw memory addresses (numpy buffers or neuron tensors).
+#include <ATen/Parallel.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -30,6 +31,10 @@ struct KernelBuilder {
 
 void register_nki(py::module_& parent) {
   py::module_ m = parent.def_submodule("_nki", "The NKI simulator core");
+  // Large tiles run on torch's intra-op thread pool (one pool per process: no oversubscription).
+  neuron::nki::set_parallel_for([](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    at::parallel_for(0, n, 1, body);
+  });
   py::class_<KernelBuilder>(m, "KernelBuilder")
       .def(py::init([](const std::string& target) {
         auto b = std::make_unique<KernelBuilder>();
