@@ -1,0 +1,126 @@
+// GoogleTest suite for the NKI simulator core (csrc/nki): kernels built by hand in the IR,
+// verified and executed without Python or torch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "nki/execute.h"
+#include "nki/numerics.h"
+
+namespace nk = neuron::nki;
+
+namespace {
+
+int tensor(nk::Kernel& k, nk::Buffer b, nk::DType d, std::vector<int64_t> shape, int external = -1, int line = 0) {
+  k.tensors.push_back({b, d, std::move(shape), "t" + std::to_string(k.tensors.size()), {"kernel.py", line}, external});
+  return static_cast<int>(k.tensors.size() - 1);
+}
+
+// The whole of a row-major tensor as an access.
+nk::Access whole(const nk::Kernel& k, int t) {
+  const auto& s = k.tensors[t].shape;
+  nk::Access a{t, 0, {}};
+  int64_t stride = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    a.dims.insert(a.dims.begin(), {stride, s[i]});
+    stride *= s[i];
+  }
+  return a;
+}
+
+void instr(nk::Kernel& k, nk::Op op, std::vector<nk::Access> args, std::vector<int64_t> ints = {},
+           std::vector<double> floats = {}, int line = 0) {
+  k.instrs.push_back({op, std::move(args), std::move(ints), std::move(floats), {"kernel.py", line}});
+}
+
+}  // namespace
+
+TEST(NkiExecutor, MatmulFirstWriteOverwritesLaterWritesAccumulate) {
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int a = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, 3}, 0);
+  const int b = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, 3}, 1);
+  const int out = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {3, 3}, 2);
+  const int sa = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {2, 3});
+  const int sb = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {2, 3});
+  const int ps = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {3, 3});
+  const int r = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {3, 3});
+  instr(k, nk::Op::kDmaCopy, {whole(k, sa), whole(k, a)});
+  instr(k, nk::Op::kDmaCopy, {whole(k, sb), whole(k, b)});
+  for (int i = 0; i < 2; ++i) instr(k, nk::Op::kMatmul, {whole(k, ps), whole(k, sa), whole(k, sb)}, {-1, 0});
+  instr(k, nk::Op::kTensorCopy, {whole(k, r), whole(k, ps)}, {0});
+  instr(k, nk::Op::kDmaCopy, {whole(k, out), whole(k, r)});
+  nk::Program p(std::move(k));
+  std::vector<float> A{1, 2, 3, 4, 5, 6}, B{1, 0, 2, 0, 1, 1}, O(9, -1);
+  p.run({A.data(), B.data(), O.data()});
+  for (int m = 0; m < 3; ++m)
+    for (int n = 0; n < 3; ++n) {
+      const float want = 2 * (A[m] * B[n] + A[3 + m] * B[3 + n]);  // two matmuls: overwrite, then add
+      EXPECT_EQ(O[m * 3 + n], want) << m << "," << n;
+    }
+  p.run({A.data(), B.data(), O.data()});  // a second run starts from fresh PSUM again
+  EXPECT_EQ(O[0], 2 * (A[0] * B[0] + A[3] * B[3]));
+}
+
+TEST(NkiExecutor, WritesRoundToNearestEvenAndCopiesKeepBits) {
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int in = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {1, 4}, 0);
+  const int out = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {1, 4}, 1);
+  const int bf = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {1, 4});
+  instr(k, nk::Op::kDmaCopy, {whole(k, bf), whole(k, in)});
+  instr(k, nk::Op::kDmaCopy, {whole(k, out), whole(k, bf)});
+  nk::Program p(std::move(k));
+  // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0); 1 + 3*2^-8 to 1 + 2^-6.
+  std::vector<float> I{1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -2.5f, 65504.0f}, O(4);
+  p.run({I.data(), O.data()});
+  EXPECT_EQ(O[0], 1.0f);
+  EXPECT_EQ(O[1], 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(O[2], -2.5f);
+  EXPECT_EQ(O[3], 65536.0f);
+}
+
+TEST(NkiNumerics, Fp8EncodingsRoundAndOverflowAsSpecified) {
+  EXPECT_EQ(nk::encode_minifloat(448.0f, nk::kE4M3FN), 0x7eu);
+  EXPECT_EQ(nk::encode_minifloat(460.0f, nk::kE4M3FN), 0x7eu);         // rounds down to 448
+  EXPECT_TRUE(std::isnan(nk::decode_minifloat(nk::encode_minifloat(500.0f, nk::kE4M3FN), nk::kE4M3FN)));
+  EXPECT_TRUE(std::isinf(nk::decode_minifloat(nk::encode_minifloat(1e6f, nk::kE5M2), nk::kE5M2)));
+  EXPECT_EQ(nk::decode_minifloat(nk::encode_minifloat(0.3f, nk::kE5M2), nk::kE5M2), 0.3125f);
+  for (int c = 0; c < 256; ++c) {  // every finite code decodes and re-encodes to itself
+    const float v = nk::decode_minifloat(c, nk::kE4M3FN);
+    if (!std::isnan(v) && v != 0.0f) EXPECT_EQ(nk::encode_minifloat(v, nk::kE4M3FN), static_cast<uint32_t>(c));
+  }
+  EXPECT_EQ(nk::saturate_round<int8_t>(2.5f), 2);
+  EXPECT_EQ(nk::saturate_round<int8_t>(300.0f), 127);
+  EXPECT_EQ(nk::saturate_round<int32_t>(NAN), 0);
+}
+
+TEST(NkiVerifier, RejectsTooManyPartitionsAtTheDeclaration) {
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int in = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {256, 512}, 0);
+  const int t = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {256, 512}, -1, 7);
+  instr(k, nk::Op::kDmaCopy, {whole(k, t), whole(k, in)}, {}, {}, 8);
+  try {
+    nk::verify(k);
+    FAIL() << "a [256, 512] SBUF tile was accepted";
+  } catch (const nk::VerifyError& e) {
+    EXPECT_EQ(e.rule, "partition-limit");
+    EXPECT_EQ(e.loc.line, 7);
+    EXPECT_NE(std::string(e.what()).find("at most 128"), std::string::npos);
+  }
+}
+
+TEST(NkiVerifier, MatmulMovingFreeLimit) {
+  nk::Kernel k{nk::target_for("trn3"), {}, {}};
+  const int s = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {128, 128});
+  const int m = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {128, 1024});
+  const int d = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {128, 1024});
+  instr(k, nk::Op::kMatmul, {whole(k, d), whole(k, s), whole(k, m)}, {-1, 0}, {}, 3);
+  try {
+    nk::verify(k);
+    FAIL();
+  } catch (const nk::VerifyError& e) {
+    EXPECT_EQ(e.rule, "matmul-moving-free");
+    EXPECT_EQ(e.loc.line, 3);
+  }
+}
