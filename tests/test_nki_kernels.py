@@ -13,7 +13,7 @@ import nki.isa as nisa
 import nki.language as nl
 import torch_neuronx
 from torch_neuronx import nki_op, wrap_nki
-from torch_neuronx.kernels import flash_attention, matmul, nki_kernels, rms_norm, softmax
+from torch_neuronx.kernels import flash_attention, matmul, nki_kernels, rms_norm, softmax, vit_attention
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
@@ -82,6 +82,31 @@ def test_flash_attention_grouped_query_heads():
     got = flash_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), causal=True)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(got.cpu(), ref, **TOL[torch.float32])
+
+
+def test_vit_attention_block_matches_torch_with_gradients():
+    C, heads = 64, 4
+    qkv, proj = torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C)
+    x = torch.randn(2, 50, C, generator=_g())  # 49 patches + a class token
+
+    def reference(x):
+        B, N, _ = x.shape
+        q, k, v = qkv(x).reshape(B, N, 3, heads, C // heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return proj(a.transpose(1, 2).reshape(B, N, C))
+
+    params = [p.detach().to("neuron").requires_grad_() for p in (qkv.weight, qkv.bias, proj.weight, proj.bias)]
+    xn = x.to("neuron").requires_grad_()
+    out = vit_attention(xn, *params, num_heads=heads)
+    xc = x.clone().requires_grad_()
+    ref = reference(xc)
+    torch.testing.assert_close(out.cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
+    g = torch.randn(ref.shape, generator=_g(3))
+    out.backward(g.to("neuron"))
+    ref.backward(g)
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for got, want in zip(params, (qkv.weight, qkv.bias, proj.weight, proj.bias)):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-4)
 
 
 class _AttnLayer(torch.nn.Module):

@@ -13,7 +13,7 @@ import torch
 from torch_neuronx._nki import nki_op
 from torch_neuronx.kernels import nki_kernels as K
 
-__all__ = ["matmul", "softmax", "rms_norm", "flash_attention"]
+__all__ = ["matmul", "softmax", "rms_norm", "flash_attention", "vit_attention"]
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -156,3 +156,25 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Sk = k.shape[2]
     o, _ = _flash_fwd(q.reshape(B * H, S, D), k.reshape(B * H, Sk, D), v.reshape(B * H, Sk, D), scale, bool(causal))
     return o.reshape(B, H, S, D)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = matmul(x.reshape(-1, x.shape[-1]), weight.t())
+    y = y.reshape(*x.shape[:-1], weight.shape[0])
+    return y + bias if bias is not None else y
+
+
+def vit_attention(x: torch.Tensor, qkv_weight: torch.Tensor, qkv_bias: torch.Tensor | None,
+                  proj_weight: torch.Tensor, proj_bias: torch.Tensor | None, num_heads: int) -> torch.Tensor:
+    """A ViT self-attention block, ``proj(attention(qkv(x)))`` on x [B, N, C] (no mask), with the
+    projections on the NKI matmul kernel and attention on the NKI flash-attention kernels; the
+    weights are laid out as ``torch.nn.Linear``'s (timm's ``Attention.qkv`` / ``.proj``)."""
+    B, N, C = x.shape
+    if C % num_heads:
+        raise ValueError(f"vit_attention: {C} channels are not divisible by {num_heads} heads")
+    if qkv_weight.shape != (3 * C, C) or proj_weight.shape != (C, C):
+        raise ValueError(f"vit_attention: expected qkv_weight [{3 * C}, {C}] and proj_weight [{C}, {C}], got "
+                         f"{tuple(qkv_weight.shape)} and {tuple(proj_weight.shape)}")
+    qkv = _linear(x, qkv_weight, qkv_bias).reshape(B, N, 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
+    attn = flash_attention(qkv[0], qkv[1], qkv[2], causal=False)
+    return _linear(attn.transpose(1, 2).reshape(B, N, C), proj_weight, proj_bias)
