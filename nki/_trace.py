@@ -84,10 +84,13 @@ class Trace:
         self.program_id = program_id
         self.grid = grid
         self.n_tensors = 0
+        self.decl_loc: dict[int, tuple[str, int]] = {}  # tensor id -> where the kernel declared it
 
     def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
         file, line = source_location()
-        return self.builder.tensor(buffer.value, DTYPE_CODE[dtype], list(shape), name, file, line, external)
+        tid = self.builder.tensor(buffer.value, DTYPE_CODE[dtype], list(shape), name, file, line, external)
+        self.decl_loc[tid] = (file, line)
+        return tid
 
     def emit(self, op: int, args: Sequence, ints=(), floats=()) -> None:
         file, line = source_location()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 
 from . import _ops
-from ._trace import NkiTensor, NkiValidationError, current
+from ._trace import MemoryRegion, NkiTensor, NkiValidationError, current
 
 __all__ = [
     "NkiValidationError", "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
@@ -105,6 +105,17 @@ def _engine(e) -> int:
     return int(engine(e)) if e is not None else 0
 
 
+def _no_gpsimd_psum(what: str, eng, *tensors) -> None:
+    """The verifier's gpsimd-psum rule for instructions whose attributes do not record the engine."""
+    if _engine(eng) != engine.gpsimd:
+        return
+    for t in tensors:
+        if isinstance(t, NkiTensor) and t.buffer is MemoryRegion.psum:
+            raise NkiValidationError(f"{what}: {t.name or 'a tensor'} ({list(t.shape)} in psum) is in PSUM, which the "
+                                     "GpSimd engine cannot access; use SBUF or another engine", "gpsimd-psum",
+                                     *_here())
+
+
 # ---- data movement -------------------------------------------------------------------------
 
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
@@ -121,6 +132,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None):
 def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with a compile-time constant of the destination's kind (int for integer dtypes)."""
     _t(dst, "dst")
+    _no_gpsimd_psum("memset", engine, dst)
     is_int_dtype = dst.dtype.startswith(("int", "uint")) or dst.dtype == "bool_"
     if isinstance(value, float) and is_int_dtype and value == value and value not in (float("inf"), float("-inf")):
         raise NkiValidationError(f"memset: value {value!r} is a float but dst is {dst.dtype}; pass an int",
@@ -185,6 +197,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
         raise ValueError("tensor_scalar: op1 and operand1 are given together (or both None)")
     t0, i0 = _scalar_or_column(operand0, "operand0")
     t1, i1 = _scalar_or_column(operand1, "operand1")
+    _no_gpsimd_psum("tensor_scalar", engine, dst, data, t0, t1)
     ops = [_ops.alu(op0, "op0"), int(bool(reverse0)), -1 if op1 is None else _ops.alu(op1, "op1"),
            int(bool(reverse1))]
     current().emit(_TENSOR_SCALAR, [_t(dst, "dst"), _t(data, "data"), t0, t1], ops, [i0, i1])

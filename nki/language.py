@@ -327,12 +327,13 @@ def mean(x: NkiTensor, axis, dtype=None, keepdims=False) -> NkiTensor:
 def var(x: NkiTensor, axis, dtype=None, keepdims=False) -> NkiTensor:
     """Population variance over ``axis`` (the result keeps the reduced dims as size 1)."""
     m = mean(x, axis, dtype=float32, keepdims=True)
-    col = m if m.size == m.shape[0] else None
-    if col is None:
-        raise NotImplementedError("var: only reductions over all free axes are supported")
     d = ndarray(x.shape, float32, sbuf)
-    nisa.tensor_scalar(dst=d, data=x, op0=subtract, operand0=col.reshape((col.shape[0], 1)), op1=square,
-                       operand1=None)
+    if m.size == m.shape[0]:  # one value per partition: a column operand
+        nisa.tensor_scalar(dst=d, data=x, op0=subtract, operand0=m.reshape((m.shape[0], 1)), op1=square,
+                           operand1=None)
+    else:  # the mean repeated over the reduced (trailing free) dims by a stride-0 view
+        nisa.tensor_tensor(dst=d, data1=x, data2=_spread(m, x.shape), op=subtract)
+        nisa.tensor_tensor(dst=d, data1=d, data2=d, op=multiply)
     return mean(d, axis, dtype=dtype or x.dtype, keepdims=True)
 
 
@@ -413,12 +414,35 @@ def builtins_min(a, b):
     return a if a < b else b
 
 
+def _is_int(dtype) -> bool:
+    return normalize_dtype(dtype).startswith(("int", "uint", "bool"))
+
+
+def _trailing_axes(x: NkiTensor, axis, what: str) -> list:
+    """``axis`` (int or sequence) as sorted trailing free axes of ``x``."""
+    axes = sorted(a + x.ndim if a < 0 else a for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    if not axes or axes[0] < 1 or axes != list(range(x.ndim - len(axes), x.ndim)):
+        raise ValueError(f"{what}: axis {axis} of a {x.ndim}-D tile must be trailing free axes (never axis 0)")
+    return axes
+
+
+def _spread(t: NkiTensor, shape) -> NkiTensor:
+    """A stride-0 view of ``t`` repeated along its size-1 free dims to ``shape``."""
+    for d in range(1, t.ndim):
+        if t.shape[d] != shape[d]:
+            t = t.broadcast(d, shape[d])
+    return t
+
+
 def where(condition: NkiTensor, x, y, dtype=None) -> NkiTensor:
-    """``x`` where condition != 0 else ``y`` (y a tile, scalar or (P, 1) column)."""
-    out = _result_like(x if isinstance(x, NkiTensor) else condition, dtype)
+    """``x`` where condition != 0 else ``y`` (x a tile or scalar; y a tile, scalar or (P, 1) column)."""
+    if not isinstance(x, NkiTensor):
+        ref = y if isinstance(y, NkiTensor) and y.shape == condition.shape else condition
+        dt = normalize_dtype(dtype) if dtype else ref.dtype
+        x = full(condition.shape, int(x) if _is_int(dt) else float(x), dt)
+    out = _result_like(x, dtype)
     if isinstance(y, NkiTensor) and y.shape == out.shape:
         # Both tiles: x where c, else y == y + c * (x - y) would round; select twice instead.
-        nisa.tensor_copy(dst=out, src=y)
         nisa.select(dst=out, predicate=condition, on_true=x, on_false=0.0)
         inv = ndarray(condition.shape, float32, sbuf)
         nisa.tensor_scalar(dst=inv, data=condition, op0=equal, operand0=0.0)
@@ -431,35 +455,57 @@ def where(condition: NkiTensor, x, y, dtype=None) -> NkiTensor:
 
 
 def softmax(x: NkiTensor, axis=-1, dtype=None) -> NkiTensor:
-    """Softmax over the last free axis of a (P, F) tile, in fp32."""
-    axis = axis + x.ndim if axis < 0 else axis
-    if axis != x.ndim - 1:
-        raise ValueError("softmax: the axis is the last free axis")
+    """Softmax over trailing free ``axis`` (default the last), in fp32."""
+    axes = _trailing_axes(x, axis, "softmax")
     P = x.shape[0]
-    m = ndarray((P, 1), float32, sbuf)
-    nisa.tensor_reduce(dst=m, op=maximum, data=x, axis=(axis,), negate=True)
-    e = ndarray(x.shape, float32, sbuf)
-    s = ndarray((P, 1), float32, sbuf)
-    nisa.activation(dst=e, op=exp, data=x, bias=m, reduce_op=add, reduce_res=s,
-                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
-    r = ndarray((P, 1), float32, sbuf)
-    nisa.reciprocal(dst=r, data=s)
     out = _result_like(x, dtype)
-    nisa.tensor_scalar(dst=out, data=e, op0=multiply, operand0=r)
+    if len(axes) == x.ndim - 1:
+        # Over every free element of a partition: per-partition columns, one activation.
+        m = ndarray((P, 1), float32, sbuf)
+        nisa.tensor_reduce(dst=m, op=maximum, data=x, axis=axes, negate=True)
+        e = ndarray(x.shape, float32, sbuf)
+        s = ndarray((P, 1), float32, sbuf)
+        nisa.activation(dst=e, op=exp, data=x, bias=m, reduce_op=add, reduce_res=s,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        r = ndarray((P, 1), float32, sbuf)
+        nisa.reciprocal(dst=r, data=s)
+        nisa.tensor_scalar(dst=out, data=e, op0=multiply, operand0=r)
+        return out
+    # Over some trailing axes: the per-row statistics are spread back over them by views.
+    red = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim))
+    m = ndarray(red, float32, sbuf)
+    nisa.tensor_reduce(dst=m, op=maximum, data=x, axis=axes, keepdims=True)
+    e = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_tensor(dst=e, data1=x, data2=_spread(m, x.shape), op=subtract)
+    nisa.activation(dst=e, op=exp, data=e)
+    s = ndarray(red, float32, sbuf)
+    nisa.tensor_reduce(dst=s, op=add, data=e, axis=axes, keepdims=True)
+    nisa.reciprocal(dst=s, data=s)
+    nisa.tensor_tensor(dst=out, data1=e, data2=_spread(s, x.shape), op=multiply)
     return out
 
 
 def rms_norm(x: NkiTensor, w: NkiTensor, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> NkiTensor:
-    """``x / sqrt(mean(x**2) + epsilon) * w`` over the last free axis (n elements)."""
+    """``x / sqrt(sum(x**2) / n + epsilon) * w`` over trailing free ``axis`` (n elements)."""
+    axes = _trailing_axes(x, axis, "rms_norm")
     P = x.shape[0]
+    normed = ndarray(x.shape, float32, sbuf)
     sq = ndarray(x.shape, float32, sbuf)
-    ss = ndarray((P, 1), float32, sbuf)
-    nisa.activation(dst=sq, op=square, data=x, reduce_op=add, reduce_res=ss, reduce_cmd=nisa.reduce_cmd.reset_reduce)
-    rinv = ndarray((P, 1), float32, sbuf)
+    if len(axes) == x.ndim - 1:
+        ss = ndarray((P, 1), float32, sbuf)
+        nisa.activation(dst=sq, op=square, data=x, reduce_op=add, reduce_res=ss,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    else:
+        ss = ndarray(tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)), float32, sbuf)
+        nisa.activation(dst=sq, op=square, data=x)
+        nisa.tensor_reduce(dst=ss, op=add, data=sq, axis=axes, keepdims=True)
+    rinv = ndarray(ss.shape, float32, sbuf)
     nisa.tensor_scalar(dst=rinv, data=ss, op0=multiply, operand0=1.0 / n, op1=add, operand1=float(epsilon))
     nisa.activation(dst=rinv, op=rsqrt, data=rinv)
-    normed = ndarray(x.shape, float32, sbuf)
-    nisa.tensor_scalar(dst=normed, data=x, op0=multiply, operand0=rinv)
+    if ss.shape == (P, 1):
+        nisa.tensor_scalar(dst=normed, data=x, op0=multiply, operand0=rinv)
+    else:
+        nisa.tensor_tensor(dst=normed, data1=x, data2=_spread(rinv, x.shape), op=multiply)
     out = _result_like(x, dtype)
     wb = broadcast_to(w, x.shape) if w.shape != x.shape else w
     nisa.tensor_tensor(dst=out, data1=normed, data2=wb, op=multiply)
