@@ -360,9 +360,6 @@ def test_tensor_copy_within_one_tile_shifting_up():
     np.testing.assert_array_equal(run_tiles(body, a), want)
 
 
-@pytest.mark.xfail(strict=True, reason="execute.cpp State::copy's row-by-row fast path copies partition p before "
-                   "reading partition p+1, so a copy onto an overlapping view one partition down smears the "
-                   "first row over all of them (the staged copy_raw path copied a snapshot of src)")
 def test_tensor_copy_within_one_tile_shifting_down():
     a = randn(8, 16, seed=1)
 
@@ -417,8 +414,6 @@ def test_memset(dtype, value, want):
     assert (got.float() == torch.tensor(want, dtype=torch.float64).float()).all()
 
 
-@pytest.mark.xfail(strict=True, reason="memset carries its value as a float (Instr::floats, executor casts to "
-                   "float), so int32 values above 2**24 lose their low bits")
 def test_memset_int32_above_2_pow_24_is_exact():
     def k(x):
         t = nl.ndarray((4, 4), nl.int32, buffer=nl.sbuf)
@@ -456,8 +451,6 @@ def test_iota(dtype, pattern, offset, cm):
     np.testing.assert_array_equal(got, _iota_ref(96, pattern, offset, cm).astype(np.dtype(dtype)))
 
 
-@pytest.mark.xfail(strict=True, reason="iota computes in int64 but passes the value through float "
-                   "(execute.cpp affine() -> out[] is float), so int32 results above 2**24 are rounded")
 def test_iota_int32_above_2_pow_24_is_exact():
     def k(x):
         t = nl.ndarray((2, 4), nl.int32, buffer=nl.sbuf)
@@ -787,8 +780,6 @@ def test_tensor_tensor_shifts_int32():
     np.testing.assert_array_equal(right, a >> s)
 
 
-@pytest.mark.xfail(strict=True, reason="bitwise ALU ops decode int32 operands to float (execute.cpp alu()), so "
-                   "bits above 2**24 are lost: 16777217 ^ 1 gives 16777216, (2**31-1) ^ 3 gives 2**31-1")
 def test_tensor_tensor_bitwise_int32_full_range():
     a = np.array([[16777217, 2**31 - 1, -2**31 + 5, 123456789]], np.int32)
     b = np.array([[1, 3, 1, 0x0F0F0F0F]], np.int32)
@@ -801,8 +792,6 @@ def test_tensor_tensor_bitwise_int32_full_range():
     np.testing.assert_array_equal(run_tiles(body, a, b), a ^ b)
 
 
-@pytest.mark.xfail(strict=True, reason="the NKI spec runs tensor_tensor on all-int32 SBUF operands as GpSimd native "
-                   "integer math (exact); the executor computes every ALU op in fp32, so sums above 2**24 round")
 def test_tensor_tensor_int32_add_is_exact():
     a = np.array([[16777217, 2**30 + 1, -2**31 + 3, 100]], np.int32)
     b = np.array([[1, 2, -1, 7]], np.int32)
@@ -815,8 +804,6 @@ def test_tensor_tensor_int32_add_is_exact():
     np.testing.assert_array_equal(run_tiles(body, a, b), a + b)
 
 
-@pytest.mark.xfail(strict=True, reason="left_shift returns the shifted uint32 as a float and the int32 encoder "
-                   "saturates it, so bits shifted into the sign bit give INT32_MAX (-1 << 1 -> 2147483647, not -2)")
 def test_tensor_scalar_left_shift_wraps_into_the_sign_bit():
     a = np.array([[-1, -5, 2**30, 3]], np.int32)
 

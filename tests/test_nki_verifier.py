@@ -301,8 +301,6 @@ def test_dtype_bitwise_on_floats():
     expect_error(k, "dtype", "bitwise operators take integer tensors", z(8, 8))
 
 
-@pytest.mark.xfail(strict=True, reason="verify.cpp kTensorScalar runs alu_dtypes on op0 (ints[0]) only; a bitwise "
-                   "op1 (ints[2]) on float data is accepted and computed on truncated floats")
 def test_dtype_tensor_scalar_bitwise_op1_on_floats():
     def k(x):
         t = nl.load(x)
@@ -312,9 +310,6 @@ def test_dtype_tensor_scalar_bitwise_op1_on_floats():
     expect_error(k, "dtype", "bitwise operators take integer tensors", z(8, 8))
 
 
-@pytest.mark.xfail(strict=True, reason="verify.cpp does not check the operators of tensor_tensor_scan and "
-                   "scalar_tensor_tensor, which the NKI spec limits to arithmetic ones; bitwise ops on float "
-                   "tiles run on truncated values")
 @pytest.mark.parametrize("case", ["scan", "scalar_tensor_tensor"])
 def test_dtype_bitwise_in_arithmetic_only_instructions(case):
     def k(x):
@@ -407,8 +402,6 @@ def test_matmul_moving_free():
     expect_error(k, "matmul-moving-free", "has 513 free elements; at most 512", z(1, 1))
 
 
-@pytest.mark.xfail(strict=True, reason="verify.cpp check_matmul limits the moving free size to 512 on every "
-                   "target; NeuronCore-v4 (trn3) takes up to 4096 (fp32 PSUM result) / 8192 (bf16)")
 def test_matmul_moving_free_on_trn3_is_4096(target):
     target("trn3")
 
@@ -473,8 +466,6 @@ def test_matmul_dtype_bf16_psum_result_needs_trn3(target):
     np.testing.assert_array_equal(k(z(1, 1)), 64.0)
 
 
-@pytest.mark.xfail(strict=True, reason="verify.cpp check_matmul does not reject mixing float8_e4m3fn with the "
-                   "legacy float8_e4m3, which the NKI spec says cannot be mixed")
 def test_matmul_dtype_e4m3fn_with_legacy_e4m3(target):
     target("trn3")
     expect_error(_matmul_dtypes_kernel(nl.float8_e4m3fn, nl.float8_e4m3), "matmul-dtype", "float8_e4m3", z(1, 1))

@@ -61,6 +61,42 @@ float alu(Alu op, float a, float b) {
   return kNaN;
 }
 
+// The same operators on integers, exactly (GpSimd's native int32 path).
+int64_t alu_int(Alu op, int64_t a, int64_t b) {
+  switch (op) {
+    case Alu::kAdd: return a + b;
+    case Alu::kSubtract: return a - b;
+    case Alu::kMultiply: return a * b;
+    case Alu::kDivide: return b == 0 ? 0 : a / b;
+    case Alu::kMaximum: return std::max(a, b);
+    case Alu::kMinimum: return std::min(a, b);
+    case Alu::kEqual: return a == b;
+    case Alu::kNotEqual: return a != b;
+    case Alu::kGreater: return a > b;
+    case Alu::kGreaterEqual: return a >= b;
+    case Alu::kLess: return a < b;
+    case Alu::kLessEqual: return a <= b;
+    case Alu::kLogicalAnd: return a && b;
+    case Alu::kLogicalOr: return a || b;
+    case Alu::kLogicalXor: return (a != 0) != (b != 0);
+    case Alu::kBitwiseAnd: return a & b;
+    case Alu::kBitwiseOr: return a | b;
+    case Alu::kBitwiseXor: return a ^ b;
+    case Alu::kLeftShift: return static_cast<int64_t>(static_cast<uint32_t>(a) << (b & 31));
+    case Alu::kRightShift: return static_cast<int64_t>(static_cast<uint32_t>(a) >> (b & 31));
+    case Alu::kAbs: return a < 0 ? -a : a;
+    case Alu::kSquare: return a * a;
+    case Alu::kRelu: return a > 0 ? a : 0;
+    case Alu::kBypass: return a;
+    case Alu::kAbsMax: return (a < 0 ? -a : a) >= (b < 0 ? -b : b) ? a : b;
+    case Alu::kAbsMin: return (a < 0 ? -a : a) <= (b < 0 ? -b : b) ? a : b;
+    default: return static_cast<int64_t>(std::nearbyint(alu(op, static_cast<float>(a), static_cast<float>(b))));
+  }
+}
+
+// Bitwise and shift results keep their low bits; arithmetic results saturate.
+bool alu_wraps(Alu op) { return alu_is_bitvec(op); }
+
 bool alu_unary(Alu op) {
   return op == Alu::kAbs || op == Alu::kSquare || op == Alu::kRelu || op == Alu::kRsqrt || op == Alu::kReciprocal ||
          op == Alu::kBypass;
@@ -307,6 +343,22 @@ struct Program::State {
     uint8_t* b = base(a.tensor);
     for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { encode_run(d, in + at, n, b + off * es, stride); });
   }
+  int64_t* gather_int(const Access& a, std::vector<int64_t>& v) {
+    v.resize(a.elements());
+    const DType d = dt(a);
+    const size_t es = dtype_size(d);
+    uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { decode_int_run(d, b + off * es, stride, n, v.data() + at); });
+    return v.data();
+  }
+  void scatter_int(const Access& a, const int64_t* in, bool wrap) {
+    const DType d = dt(a);
+    const size_t es = dtype_size(d);
+    uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { encode_int_run(d, in + at, n, b + off * es, stride, wrap); });
+  }
+  std::vector<int64_t> ibuf[2];
+
   // Same-dtype copy: bits move unchanged (integers above 2**24, NaN payloads).
   void copy_raw(const Access& dst, const Access& src) {
     const size_t es = dtype_size(dt(src));
@@ -343,7 +395,8 @@ struct Program::State {
   void copy(const Access& dst, const Access& src) {
     int64_t lds, ldd;
     const int64_t ns = dense_row(src, &lds), nd = dense_row(dst, &ldd);
-    if (ns > 0 && ns == nd && src.dims[0].size == dst.dims[0].size) {  // row by row, no staging
+    // Row by row without staging, unless source and destination share a tensor (they may overlap).
+    if (ns > 0 && ns == nd && src.dims[0].size == dst.dims[0].size && src.tensor != dst.tensor) {
       const DType sd = dt(src), dd = dt(dst);
       const size_t ss = dtype_size(sd), ds = dtype_size(dd);
       const uint8_t* sp = base(src.tensor) + src.offset * ss;
@@ -485,6 +538,14 @@ struct Program::State {
   }
 
   void affine(const Instr& in, int first_pair, const Access& dst, std::vector<float>& out) {
+    std::vector<int64_t>& v = ibuf[1];
+    affine_int(in, first_pair, dst, v);
+    out.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
+  }
+
+  // iota's value per element, computed in int32 (wrapping) as GpSimd does.
+  void affine_int(const Instr& in, int first_pair, const Access& dst, std::vector<int64_t>& out) {
     const int64_t P = dst.partitions(), F = dst.free_elements();
     const int64_t offset = in.ints[first_pair - 2], cm = in.ints[first_pair - 1];
     std::vector<std::pair<int64_t, int64_t>> pat;  // (step, num), outermost first
@@ -497,7 +558,7 @@ struct Program::State {
           v += (rem % pat[k].second) * pat[k].first;
           rem /= pat[k].second;
         }
-        out[p * F + f] = static_cast<float>(static_cast<int32_t>(v));
+        out[p * F + f] = static_cast<int32_t>(static_cast<uint32_t>(v));
       }
     }
   }
@@ -510,12 +571,23 @@ struct Program::State {
         copy(a[0], a[1]);
         return;
       case Op::kMemset: {
+        if (!is_float(dt(a[0]))) {  // integers exactly (a float would round above 2**24)
+          std::vector<int64_t>& v = ibuf[0];
+          v.assign(a[0].elements(), static_cast<int64_t>(std::nearbyint(in.floats.at(0))));
+          scatter_int(a[0], v.data(), false);
+          return;
+        }
         std::vector<float>& v = buf[0];
         v.assign(a[0].elements(), static_cast<float>(in.floats.at(0)));
         scatter(a[0], v.data());
         return;
       }
       case Op::kIota:
+        if (!is_float(dt(a[0]))) {
+          affine_int(in, 2, a[0], ibuf[0]);
+          scatter_int(a[0], ibuf[0].data(), true);
+          return;
+        }
         affine(in, 2, a[0], buf[0]);
         scatter(a[0], buf[0].data());
         return;
@@ -532,6 +604,13 @@ struct Program::State {
       case Op::kTranspose: transpose(in); return;
       case Op::kTensorTensor: {
         const Alu op = static_cast<Alu>(in.ints[0]);
+        if (!is_float(dt(a[0])) && !is_float(dt(a[1])) && !is_float(dt(a[2]))) {  // integers: exact
+          int64_t* x = gather_int(a[1], ibuf[0]);
+          const int64_t* y = gather_int(a[2], ibuf[1]);
+          for (int64_t i = 0, n = a[0].elements(); i < n; ++i) x[i] = alu_int(op, x[i], y[i]);
+          scatter_int(a[0], x, alu_wraps(op));
+          return;
+        }
         float* x = gather(a[1], 0);
         const float* y = gather(a[2], 1);
         const int64_t n = a[0].elements();
@@ -546,6 +625,21 @@ struct Program::State {
       }
       case Op::kTensorScalar: {
         const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        if (!is_float(dt(a[0])) && !is_float(dt(a[1])) && !a[2].present() && !a[3].present()) {
+          const Alu op0 = static_cast<Alu>(in.ints[0]);
+          const bool rev0 = in.ints[1], has1 = in.ints[2] >= 0, rev1 = in.ints[3];
+          const Alu op1 = has1 ? static_cast<Alu>(in.ints[2]) : Alu::kBypass;
+          const int64_t v0 = static_cast<int64_t>(std::nearbyint(in.floats.at(0)));
+          const int64_t v1 = static_cast<int64_t>(std::nearbyint(in.floats.at(1)));
+          int64_t* x = gather_int(a[1], ibuf[0]);
+          for (int64_t i = 0; i < P * F; ++i) {
+            int64_t t = alu_unary(op0) ? alu_int(op0, x[i], 0) : rev0 ? alu_int(op0, v0, x[i]) : alu_int(op0, x[i], v0);
+            if (has1) t = alu_unary(op1) ? alu_int(op1, t, 0) : rev1 ? alu_int(op1, v1, t) : alu_int(op1, t, v1);
+            x[i] = t;
+          }
+          scatter_int(a[0], x, alu_wraps(op0) || (has1 && alu_wraps(op1)));
+          return;
+        }
         float* x = gather(a[1], 0);
         const Alu op0 = static_cast<Alu>(in.ints[0]);
         const bool rev0 = in.ints[1];

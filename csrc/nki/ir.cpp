@@ -1,5 +1,7 @@
 #include "nki/ir.h"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "nki/numerics.h"
@@ -179,6 +181,49 @@ void encode_run(DType d, const float* in, int64_t n, uint8_t* p, int64_t stride)
     case DType::kUInt32:
       for (int64_t i = 0; i < n; ++i) { uint32_t v = saturate_round<uint32_t>(in[i]); std::memcpy(p + i * step, &v, 4); }
       return;
+  }
+}
+
+void decode_int_run(DType d, const uint8_t* p, int64_t stride, int64_t n, int64_t* out) {
+  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* e = p + i * step;
+    switch (d) {
+      case DType::kInt8: out[i] = static_cast<int8_t>(*e); break;
+      case DType::kUInt8: case DType::kBool: out[i] = *e; break;
+      case DType::kInt16: { int16_t v; std::memcpy(&v, e, 2); out[i] = v; break; }
+      case DType::kUInt16: { uint16_t v; std::memcpy(&v, e, 2); out[i] = v; break; }
+      case DType::kInt32: { int32_t v; std::memcpy(&v, e, 4); out[i] = v; break; }
+      case DType::kUInt32: { uint32_t v; std::memcpy(&v, e, 4); out[i] = v; break; }
+      default: { float f; decode_run(d, e, 1, 1, &f); out[i] = static_cast<int64_t>(std::nearbyint(f)); }
+    }
+  }
+}
+
+void encode_int_run(DType d, const int64_t* in, int64_t n, uint8_t* p, int64_t stride, bool wrap) {
+  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
+  auto put = [&](auto tag, int64_t v, uint8_t* e) {
+    using T = decltype(tag);
+    T x;
+    if (wrap) {
+      x = static_cast<T>(v);
+    } else {
+      x = static_cast<T>(std::clamp<int64_t>(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+    }
+    std::memcpy(e, &x, sizeof(T));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* e = p + i * step;
+    switch (d) {
+      case DType::kInt8: put(int8_t{}, in[i], e); break;
+      case DType::kUInt8: put(uint8_t{}, in[i], e); break;
+      case DType::kBool: *e = in[i] != 0; break;
+      case DType::kInt16: put(int16_t{}, in[i], e); break;
+      case DType::kUInt16: put(uint16_t{}, in[i], e); break;
+      case DType::kInt32: put(int32_t{}, in[i], e); break;
+      case DType::kUInt32: put(uint32_t{}, in[i], e); break;
+      default: { float f = static_cast<float>(in[i]); encode_run(d, &f, 1, e, 1); }
+    }
   }
 }
 

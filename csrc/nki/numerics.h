@@ -111,5 +111,9 @@ inline I saturate_round(float f) {
 void decode_run(DType d, const uint8_t* p, int64_t stride, int64_t n, float* out);
 // Encode n floats into dtype d at p (element stride `stride`), rounding as the hardware does.
 void encode_run(DType d, const float* in, int64_t n, uint8_t* p, int64_t stride);
+// Integer dtypes exactly (GpSimd's native integer path): decode to int64; encode saturating to
+// the dtype's range, or keeping the low bits (`wrap`, for bitwise and shift results).
+void decode_int_run(DType d, const uint8_t* p, int64_t stride, int64_t n, int64_t* out);
+void encode_int_run(DType d, const int64_t* in, int64_t n, uint8_t* p, int64_t stride, bool wrap);
 
 }  // namespace neuron::nki

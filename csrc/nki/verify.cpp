@@ -159,6 +159,16 @@ class Verifier {
     }
   }
 
+  // Instructions whose operators compute in fp32 only (no bitwise operators).
+  void arithmetic_only(const Instr& in, std::initializer_list<int> op_slots) const {
+    for (int i : op_slots) {
+      if (alu_is_bitvec(static_cast<Alu>(in.ints[i]))) {
+        fail("dtype", "takes arithmetic operators only (computed in fp32); bitwise operators run in "
+                      "tensor_tensor / tensor_scalar on integer tensors");
+      }
+    }
+  }
+
   void check_instr(const Instr& in) {
     const auto& a = in.args;
     switch (in.op) {
@@ -221,6 +231,7 @@ class Verifier {
           }
         }
         alu_dtypes(static_cast<Alu>(in.ints[0]), {&a[0], &a[1]});
+        if (in.ints[2] >= 0) alu_dtypes(static_cast<Alu>(in.ints[2]), {&a[0], &a[1]});
         break;
       }
       case Op::kActivation:
@@ -238,6 +249,7 @@ class Verifier {
         same_layout(a[0], a[2], "destination and data1");
         not_both_psum(a[1], a[2]);
         column_of(a[3], a[1], "initial");
+        arithmetic_only(in, {0, 1});
         break;
       case Op::kBnStats:
         need_on_chip(a[0], "destination");
@@ -298,6 +310,7 @@ class Verifier {
         same_layout(a[0], a[3], "destination and operand1");
         column_of(a[2], a[1], "operand0");
         not_both_psum(a[1], a[3]);
+        arithmetic_only(in, {0, 1});
         break;
       case Op::kSelect:
         for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
@@ -335,9 +348,12 @@ class Verifier {
       fail("matmul-stationary-free", "stationary " + describe(st) + " has " + std::to_string(M) +
                                          " free elements; at most 128 (nl.tile_size.gemm_stationary_fmax)");
     }
-    if (N > 512) {
-      fail("matmul-moving-free", "moving " + describe(mv) + " has " + std::to_string(N) +
-                                     " free elements; at most 512 (nl.tile_size.gemm_moving_fmax)");
+    // One PSUM bank of results (512 fp32) per matmul; NeuronCore-v4 writes across all 8 banks.
+    const int64_t n_max = k_.target.nc_version >= 4 ? (dt(dst) == DType::kBFloat16 ? 8192 : 4096) : 512;
+    if (N > n_max) {
+      fail("matmul-moving-free", "moving " + describe(mv) + " has " + std::to_string(N) + " free elements; at most " +
+                                     std::to_string(n_max) + (n_max == 512 ? " (nl.tile_size.gemm_moving_fmax)" :
+                                                              " on " + k_.target.name));
     }
     if (dst.partitions() != M || dst.free_elements() != N) {
       fail("shape-mismatch", "destination " + describe(dst) + " must be [" + std::to_string(M) + ", " +
@@ -352,6 +368,9 @@ class Verifier {
     if (wide(ds) != wide(dm)) {
       fail("matmul-dtype", std::string("a float32/tfloat32 operand pairs only with float32/tfloat32; got ") +
                                dtype_name(ds) + " and " + dtype_name(dm));
+    }
+    if ((ds == DType::kFloat8E4M3FN && dm == DType::kFloat8E4M3) || (ds == DType::kFloat8E4M3 && dm == DType::kFloat8E4M3FN)) {
+      fail("matmul-dtype", "float8_e4m3fn and the legacy float8_e4m3 cannot be mixed in one matmul");
     }
     if ((ds == DType::kFloat8E4M3FN || dm == DType::kFloat8E4M3FN) && k_.target.nc_version < 4) {
       fail("matmul-dtype", "float8_e4m3fn operands need NeuronCore-v4 (trn3); " + k_.target.name +
