@@ -55,6 +55,16 @@ def test_kernels_called_with_numpy_through_simulate():
     e = np.exp(x - x.max(-1, keepdims=True))
     np.testing.assert_allclose(nki.simulate(nki_kernels.softmax_kernel)(x), e / e.sum(-1, keepdims=True),
                                rtol=1e-5, atol=1e-6)
+    w = rng.standard_normal(33, dtype=np.float32)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(nki.simulate(nki_kernels.rmsnorm_kernel)(x, w, 1e-6), want, rtol=1e-5, atol=1e-5)
+    q, k, v = (rng.standard_normal((2, 130, 32), dtype=np.float32) for _ in range(3))
+    o, lse = nki.simulate(nki_kernels.flash_attention_fwd_kernel)(q, k, v, 32 ** -0.5, True)
+    s = np.einsum("bqd,bkd->bqk", q, k).astype(np.float64) * 32 ** -0.5
+    s[:, np.triu_indices(130, 1)[0], np.triu_indices(130, 1)[1]] = -np.inf
+    np.testing.assert_allclose(lse, np.log(np.exp(s).sum(-1)), rtol=1e-5, atol=1e-5)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(o, np.einsum("bqk,bkd->bqd", p / p.sum(-1, keepdims=True), v), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True])
