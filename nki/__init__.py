@@ -11,4 +11,6 @@ from . import isa, language, typing
 from ._jit import Kernel, jit, simulate
 from ._trace import NkiTensor, NkiValidationError
 
-__all__ = ["jit", "simulate", "Kernel", "NkiTensor", "NkiValidationError", "isa", "language", "typing"]
+dtype = language.DType  # NKI dtypes are strings ("float32", "bfloat16", ...); the type for annotations
+
+__all__ = ["jit", "simulate", "Kernel", "NkiTensor", "NkiValidationError", "isa", "language", "typing", "dtype"]

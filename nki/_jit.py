@@ -11,13 +11,14 @@ Tensors may be numpy arrays (host memory), CPU torch tensors, or ``neuron`` torc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
 import threading
 from dataclasses import dataclass
 
-from ._trace import (MemoryRegion, NkiTensor, NkiValidationError, Trace, normalize_dtype, set_current,
+from ._trace import (MemoryRegion, NKIObject, NkiTensor, NkiValidationError, Trace, normalize_dtype, set_current,
                      tensors_in)
 
 _NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "int16": "int16",
@@ -83,6 +84,9 @@ def _static_key(x):
         return (type(x).__name__,) + tuple(_static_key(v) for v in x)
     if isinstance(x, dict):
         return ("dict",) + tuple(sorted((k, _static_key(v)) for k, v in x.items()))
+    if (isinstance(x, NKIObject) or dataclasses.is_dataclass(x)) and not isinstance(x, type) and hasattr(x, "__dict__"):
+        # Configuration objects specialize the kernel by value, not identity.
+        return (type(x).__qualname__,) + tuple(sorted((k, _static_key(v)) for k, v in vars(x).items()))
     try:
         hash(x)
         return (type(x).__name__, x)
@@ -152,12 +156,15 @@ class Kernel:
                 slot = 0
                 in_buffer = MemoryRegion.shared_hbm if grid else MemoryRegion.private_hbm
 
+                input_slot = {}  # tensor id -> argument slot
+
                 def wrap(x, name):
                     nonlocal slot
                     c = _classify(x)
                     if c is None:
                         return x
                     t = NkiTensor.declare(c.shape, c.dtype, in_buffer, name, external=slot)
+                    input_slot[t._tid] = slot
                     slot += 1
                     return t
 
@@ -173,14 +180,19 @@ class Kernel:
                 raise TypeError(f"an NKI kernel returns tensors (or a tuple of them), got {type(ret).__name__}")
             inst_outputs = []
             for j, o in enumerate(outs):
+                if o._tid in input_slot and o.shape == o._base_shape and o.offset == 0:
+                    # A kernel that wrote a tensor argument may return it: the caller gets the argument.
+                    inst_outputs.append(("input", input_slot[o._tid]))
+                    continue
                 if o.buffer is not MemoryRegion.shared_hbm:
                     raise NkiValidationError(
                         f"kernel output {j} ({o.name or 'unnamed'}, {o.shape}) is in {o.buffer!r}; kernel outputs "
                         "are allocated with nl.ndarray(..., buffer=nl.shared_hbm)", "kernel-output",
                         *trace.decl_loc.get(o._tid, ("", 0)))
-                if o.shape != o._base_shape or o.offset != 0:
+                # A reshape of the whole tensor is the tensor (same bytes, in order); other views are not.
+                if o.offset != 0 or o.size != math.prod(o._base_shape) or not o.is_contiguous():
                     raise NkiValidationError(f"kernel output {j} is a view {o.shape} of a tensor {o._base_shape}; "
-                                             "return the whole tensor", "kernel-output",
+                                             "return the whole tensor (or a reshape of it)", "kernel-output",
                                              *trace.decl_loc.get(o._tid, ("", 0)))
                 trace.builder.set_external(o._tid, n_in + j)
                 inst_outputs.append((o.shape, o.dtype))
@@ -237,7 +249,8 @@ def _run(compiled: _Compiled, tensors: list):
         if _symbolic(tensors):
             # FakeTensorMode (torch.compile, a custom op's fake implementation): the kernel is
             # traced and verified; results have its output shapes and are never computed.
-            outs = [torch.empty(shape, dtype=_torch_dtype(dtype), device=device) for shape, dtype in compiled.outputs]
+            outs = [tensors[dtype].value if shape == "input" else
+                    torch.empty(shape, dtype=_torch_dtype(dtype), device=device) for shape, dtype in compiled.outputs]
             return _structured(compiled, outs)
         for t in tensors:
             x = t.value
@@ -249,6 +262,10 @@ def _run(compiled: _Compiled, tensors: list):
             addresses.append(x.data_ptr())
         outs = []
         for shape, dtype in compiled.outputs:
+            if shape == "input":  # the argument itself (written in place); its slot address is unused
+                outs.append(tensors[dtype].value)
+                addresses.append(addresses[dtype])
+                continue
             outs.append(torch.empty(shape, dtype=_torch_dtype(dtype), device=device))
             o = outs[-1]
             addresses.append(o.data_ptr())
@@ -268,6 +285,10 @@ def _run(compiled: _Compiled, tensors: list):
             addresses.append(x.ctypes.data)
         outs = []
         for shape, dtype in compiled.outputs:
+            if shape == "input":
+                outs.append(tensors[dtype].value)
+                addresses.append(addresses[dtype])
+                continue
             o = np.empty(shape, dtype=_numpy_dtype(dtype))
             outs.append(o)
             addresses.append(o.ctypes.data)

@@ -134,7 +134,14 @@ class ds:
         return slice(self.start, self.start + self.size)
 
 
-class NkiTensor:
+class NKIObject:
+    """Base class of user objects a kernel may take as arguments and use while tracing
+    (configuration classes, dataclasses): compared by type and attribute values."""
+
+    __slots__ = ()
+
+
+class NkiTensor(NKIObject):
     """A tensor in HBM, SBUF or PSUM, or a view of one. Dimension 0 of an on-chip tensor is
     its partition dimension."""
 

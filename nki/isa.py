@@ -18,13 +18,17 @@ __all__ = [
     "get_nc_version", "dma_copy", "tensor_copy", "memset", "iota", "nc_matmul", "nc_transpose", "tensor_tensor",
     "tensor_scalar", "activation", "activation_reduce", "tensor_reduce", "tensor_tensor_scan", "affine_select",
     "bn_stats", "bn_aggr", "max8", "nc_find_index8", "reciprocal", "tensor_partition_reduce",
-    "scalar_tensor_tensor", "select",
+    "scalar_tensor_tensor", "select", "tensor_copy_predicated", "select_reduce", "range_select",
+    "tensor_scalar_reduce", "tensor_scalar_cumulative", "exponential", "activate2", "nc_match_replace8",
+    "nc_stream_shuffle", "dma_transpose", "nc_n_gather", "local_gather", "get_nc_sub_version", "dma_engine",
 ]
 
 # Op codes: csrc/nki/ir.h, enum class Op.
 (_DMA_COPY, _TENSOR_COPY, _MEMSET, _IOTA, _MATMUL, _TRANSPOSE, _TENSOR_TENSOR, _TENSOR_SCALAR, _ACTIVATION,
  _TENSOR_REDUCE, _SCAN, _AFFINE_SELECT, _BN_STATS, _BN_AGGR, _MAX8, _FIND_INDEX8, _RECIPROCAL, _PARTITION_REDUCE,
- _SCALAR_TENSOR_TENSOR, _SELECT) = range(20)
+ _SCALAR_TENSOR_TENSOR, _SELECT, _COPY_PREDICATED, _SELECT_REDUCE, _RANGE_SELECT, _TENSOR_SCALAR_REDUCE,
+ _TENSOR_SCALAR_CUMULATIVE, _EXPONENTIAL, _ACTIVATE2, _MATCH_REPLACE8, _STREAM_SHUFFLE, _DMA_TRANSPOSE, _N_GATHER,
+ _LOCAL_GATHER) = range(32)
 
 
 class engine(enum.IntEnum):
@@ -64,6 +68,11 @@ class oob_mode(enum.IntEnum):
 class matmul_perf_mode(enum.IntEnum):
     none = 0
     double_row = 1
+
+
+class dma_engine(enum.IntEnum):
+    dma = 1
+    gpsimd_dma = 2
 
 
 class nc_version(enum.IntEnum):
@@ -291,6 +300,141 @@ def max8(dst, src, name=None):
 def nc_find_index8(dst, data, vals, name=None):
     """Per partition, the index of the first occurrence of each of 8 values (all ones when absent)."""
     current().emit(_FIND_INDEX8, [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals")])
+
+
+# ---- Vector-engine selection, accumulation and data movement ---------------------------------
+
+_FP32_MIN = -3.4028234663852886e38
+
+
+def _reduce_cmd(cmd) -> int:
+    return int(reduce_cmd(cmd))
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    """``dst = src`` where ``predicate`` is nonzero (zero with ``reverse_pred``); elsewhere dst keeps its
+    values. ``src`` is a tile of dst's dtype or a number."""
+    ts, is_ = (src, 0.0) if isinstance(src, NkiTensor) else _scalar_or_column(src, "src")
+    current().emit(_COPY_PREDICATED, [_t(dst, "dst"), ts, _t(predicate, "predicate")], [int(bool(reverse_pred))],
+                   [is_])
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_op=None,
+                  reverse_pred=False, name=None):
+    """``dst = on_true where predicate (xor reverse_pred) else on_false``; with ``reduce_cmd`` the
+    per-partition max of dst accumulates in the Vector engine's registers (written to reduce_res)."""
+    _max_only("select_reduce", reduce_op)
+    tf, if_ = _scalar_or_column(on_false, "on_false")
+    current().emit(_SELECT_REDUCE, [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf,
+                                    _opt_t(reduce_res, "reduce_res")],
+                   [_reduce_cmd(reduce_cmd), int(bool(reverse_pred))], [if_])
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.reset_reduce,
+                 reduce_res=None, reduce_op=None, range_start=0, on_false_value=_FP32_MIN, name=None):
+    """``dst = on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) else on_false_value`` with
+    ``i = range_start + free index``; the per-partition max accumulates (reduce_res)."""
+    _max_only("range_select", reduce_op)
+    current().emit(_RANGE_SELECT, [_t(dst, "dst"), _t(on_true_tile, "on_true_tile"), _t(bound0, "bound0"),
+                                   _t(bound1, "bound1"), _opt_t(reduce_res, "reduce_res")],
+                   [_ops.alu(comp_op0, "comp_op0"), _ops.alu(comp_op1, "comp_op1"), _reduce_cmd(reduce_cmd),
+                    int(range_start)], [float(on_false_value)])
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
+    """``dst = data op0 operand0``; ``reduce_op`` (add, multiply, max, min) of dst over the free
+    dimensions accumulates in the Vector engine's registers, written (negated with
+    ``reduce_res_negate``) to ``reduce_res``."""
+    if reverse0:
+        raise NotImplementedError("tensor_scalar_reduce: reverse0 is not supported (as in NKI)")
+    if (reduce_cmd == _reduce_cmd_t.load_reduce) != (reduce_init is not None):
+        raise ValueError("tensor_scalar_reduce: reduce_init is given exactly when reduce_cmd is load_reduce")
+    t0, i0 = _scalar_or_column(operand0, "operand0")
+    ti, ii = _scalar_or_column(reduce_init, "reduce_init")
+    current().emit(_TENSOR_SCALAR_REDUCE, [_t(dst, "dst"), _t(data, "data"), t0, _opt_t(reduce_res, "reduce_res"), ti],
+                   [_ops.alu(op0, "op0"), _ops.alu(reduce_op, "reduce_op"), _reduce_cmd(reduce_cmd),
+                    int(bool(reduce_res_negate))], [i0, ii])
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None):
+    """Per partition, along the free elements: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg``
+    (reg: the Vector engine's accumulator; reset to op1's identity, or ``imm1`` with load_reduce)."""
+    if reduce_cmd == _reduce_cmd_t.load_reduce and imm1 is None:
+        raise ValueError("tensor_scalar_cumulative: reduce_cmd=load_reduce takes the initial value imm1")
+    t0, i0 = _scalar_or_column(imm0, "imm0")
+    t1, i1 = _scalar_or_column(imm1, "imm1")
+    current().emit(_TENSOR_SCALAR_CUMULATIVE, [_t(dst, "dst"), _t(src, "src"), t0, t1],
+                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), _reduce_cmd(reduce_cmd)], [i0, i1])
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None):
+    """``dst = exp(src - max_value)`` on the Vector engine (NeuronCore-v4); with ``reduce_cmd`` the
+    per-partition sum accumulates (reduce_res)."""
+    tm, im = _scalar_or_column(max_value, "max_value")
+    ti, ii = _scalar_or_column(reduce_init, "reduce_init")
+    current().emit(_EXPONENTIAL, [_t(dst, "dst"), _t(src, "src"), tm, _opt_t(reduce_res, "reduce_res"), ti],
+                   [_reduce_cmd(reduce_cmd)], [im, ii])
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+    """``dst = op((data op0 imm0) op1 imm1)`` on the Scalar engine (NeuronCore-v4), with an optional
+    reduction (add, max, min, abs_max, abs_min) in the engine's registers."""
+    t0, i0 = _scalar_or_column(imm0, "imm0")
+    t1, i1 = _scalar_or_column(imm1, "imm1")
+    tr, ir = _scalar_or_column(relu_param, "relu_param")
+    rop = -1 if reduce_op is None else _ops.alu(reduce_op, "reduce_op")
+    current().emit(_ACTIVATE2, [_t(dst, "dst"), _t(data, "data"), t0, t1, tr, _opt_t(reduce_res, "reduce_res")],
+                   [_ops.act(op), _ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)),
+                    int(bool(reverse1)), rop, _reduce_cmd(reduce_cmd)], [i0, i1, ir])
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    """``dst = data`` with the first occurrence of each of the 8 ``vals`` per partition replaced by
+    ``imm``; their indices go to ``dst_idx`` (duplicate vals: the last val takes the first match)."""
+    current().emit(_MATCH_REPLACE8, [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals"), _opt_t(dst_idx, "dst_idx")],
+                   [], [float(imm)])
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    """Within each 32-partition quadrant: ``dst[i] = src[shuffle_mask[i]]`` (255 leaves dst[i])."""
+    mask = [int(m) for m in shuffle_mask]
+    if len(mask) != 32:
+        raise ValueError(f"nc_stream_shuffle: shuffle_mask has 32 entries, got {len(mask)}")
+    current().emit(_STREAM_SHUFFLE, [_t(dst, "dst"), _t(src, "src")], mask)
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, name=None):
+    """DMA transpose into SBUF: 2-D ``(1, 0)``, 3-D ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)``."""
+    if int(dge_mode) == _dge_mode_t.swdge:
+        raise NotImplementedError("dma_transpose: the indirect (swdge) form needs indirect access patterns, "
+                                  "which this simulator does not support yet")
+    axes = [] if axes is None else [int(a) for a in axes]
+    current().emit(_DMA_TRANSPOSE, [_t(dst, "dst"), _t(src, "src")], [int(dge_mode)] + axes)
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """Per partition: ``dst[p, j] = data[p, :].flatten()[indices[p, j]]`` (GpSimd, SBUF, uint32 indices)."""
+    current().emit(_N_GATHER, [_t(dst, "dst"), _t(data, "data"), _t(indices, "indices")])
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """Each GpSimd core (16 partitions) flattens its slice of ``index`` partition-first and gathers,
+    in each of its partitions, ``num_elem_per_idx`` elements from each index (an element offset)."""
+    _t(index, "index")
+    per_core = (index.size // index.shape[0]) * 16
+    valid = per_core if num_valid_indices is None else int(num_valid_indices)
+    current().emit(_LOCAL_GATHER, [_t(dst, "dst"), _t(src_buffer, "src_buffer"), index],
+                   [int(num_elem_per_idx), valid])
+
+
+def _max_only(what, reduce_op):
+    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.MAXIMUM:
+        raise NkiValidationError(f"{what}: reduce_op must be nl.maximum", "alu-op", *_here())
+
+
+_reduce_cmd_t, _dge_mode_t = reduce_cmd, dge_mode
 
 
 def _here():

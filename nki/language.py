@@ -8,7 +8,7 @@ import math
 
 from . import _ops
 from . import isa as nisa
-from ._trace import MemoryRegion, NkiTensor, current, ds, normalize_dtype
+from ._trace import MemoryRegion, NKIObject, NkiTensor, current, ds, normalize_dtype
 
 # ---- memories --------------------------------------------------------------------------------
 sbuf = MemoryRegion.sbuf
@@ -35,6 +35,7 @@ def is_sbuf(buffer) -> bool:
 
 
 # ---- dtypes ----------------------------------------------------------------------------------
+DType = str
 float32 = "float32"
 bfloat16 = "bfloat16"
 float16 = "float16"
@@ -116,6 +117,16 @@ def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
 
 def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
     return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name)
+
+
+def shared_identity_matrix(n, dtype="uint8", dst=None) -> NkiTensor:
+    """An (n, n) identity matrix in SBUF (into ``dst`` if given): 1 where partition == column."""
+    n = int(n)
+    out = dst if dst is not None else ndarray((n, n), dtype, sbuf)
+    diff = ndarray((n, n), int32, sbuf)
+    nisa.iota(dst=diff, pattern=[[-1, n]], offset=0, channel_multiplier=1)  # p - j
+    nisa.tensor_scalar(dst=out, data=diff, op0=equal, operand0=0.0)
+    return out
 
 
 # ---- SPMD ------------------------------------------------------------------------------------

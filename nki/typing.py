@@ -18,5 +18,6 @@ class _TensorType:
 
 
 tensor = _TensorType()
+mutable_tensor = _TensorType()  # a tensor argument the kernel writes
 
-__all__ = ["tensor"]
+__all__ = ["tensor", "mutable_tensor"]

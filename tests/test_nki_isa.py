@@ -1663,3 +1663,388 @@ def test_setitem_copies_and_fills():
     got = nki.simulate(k)(a)
     np.testing.assert_array_equal(got[:, :16], 1.5)
     np.testing.assert_array_equal(got[:, 16:], a[:, :16])
+
+
+# ---- predicated copy, selection with reduction, accumulating Vector-engine instructions -------
+
+def test_tensor_copy_predicated_keeps_dst_where_false():
+    a, b = randn(16, 24, seed=1), randn(16, 24, seed=2)
+    pred = (rng(3).random((16, 24)) > 0.5).astype(np.uint8)
+
+    def k(x, y, p):
+        d, s, pr = nl.load(x), nl.load(y), nl.load(p)
+        nisa.tensor_copy_predicated(dst=d, src=s, predicate=pr)
+        e = nl.load(x)
+        nisa.tensor_copy_predicated(dst=e, src=-7.0, predicate=pr, reverse_pred=True)
+        return to_hbm(d), to_hbm(e)
+
+    got, got_rev = nki.simulate(k)(a, b, pred)
+    np.testing.assert_array_equal(got, np.where(pred != 0, b, a))
+    np.testing.assert_array_equal(got_rev, np.where(pred == 0, F32(-7.0), a))
+
+
+def test_tensor_copy_predicated_int32_is_bit_exact():
+    a = np.arange(8 * 8, dtype=np.int32).reshape(8, 8) + (1 << 30)
+    b = -a
+    pred = (np.arange(64).reshape(8, 8) % 3 == 0).astype(np.uint32)
+
+    def k(x, y, p):
+        d = nl.load(x)
+        nisa.tensor_copy_predicated(dst=d, src=nl.load(y), predicate=nl.load(p))
+        return to_hbm(d)
+
+    np.testing.assert_array_equal(nki.simulate(k)(a, b, pred), np.where(pred != 0, b, a))
+
+
+@pytest.mark.parametrize("column", [False, True])
+def test_select_reduce(column):
+    x = randn(32, 40, seed=4)
+    pred = (rng(5).random((32, 40)) > 0.3).astype(np.uint8)
+    off = randn(32, 1, seed=6)
+
+    def k(xt, pt, ot):
+        d = nl.ndarray((32, 40), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((32, 1), nl.float32, buffer=nl.sbuf)
+        on_false = nl.load(ot) if column else -2.5
+        nisa.select_reduce(dst=d, predicate=nl.load(pt), on_true=nl.load(xt), on_false=on_false, reduce_res=r,
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_op=nl.maximum)
+        return to_hbm(d), to_hbm(r)
+
+    d, r = nki.simulate(k)(x, pred, off)
+    want = np.where(pred != 0, x, off if column else F32(-2.5))
+    np.testing.assert_array_equal(d, want)
+    np.testing.assert_array_equal(r, want.max(axis=1, keepdims=True))
+
+
+def test_select_reduce_reverse_pred_and_chained_accumulation():
+    x = randn(8, 16, seed=7)
+    pred = (np.arange(128).reshape(8, 16) % 2).astype(np.int16)
+
+    def k(xt, pt):
+        t, p = nl.load(xt), nl.load(pt)
+        d = nl.ndarray((8, 16), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((8, 1), nl.float32, buffer=nl.sbuf)
+        # The first half resets the max, the second continues it (the engine's accumulator).
+        nisa.select_reduce(dst=d[:, 0:8], predicate=p[:, 0:8], on_true=t[:, 0:8], on_false=-100.0,
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce, reverse_pred=True)
+        nisa.select_reduce(dst=d[:, 8:16], predicate=p[:, 8:16], on_true=t[:, 8:16], on_false=-100.0,
+                           reduce_res=r, reduce_cmd=nisa.reduce_cmd.reduce, reverse_pred=True)
+        return to_hbm(d), to_hbm(r)
+
+    d, r = nki.simulate(k)(x, pred)
+    want = np.where(pred == 0, x, F32(-100.0))
+    np.testing.assert_array_equal(d, want)
+    np.testing.assert_array_equal(r, want.max(axis=1, keepdims=True))
+
+
+def test_range_select_causal_row_mask():
+    # Row p keeps columns [p, p + 8) : the idiom of attention masks with per-row bounds.
+    P, F_ = 16, 32
+    x = randn(P, F_, seed=8)
+    lo = np.arange(P, dtype=F32).reshape(P, 1)
+    hi = lo + 8
+
+    def k(xt, l, h):
+        d = nl.ndarray((P, F_), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
+        nisa.range_select(dst=d, on_true_tile=nl.load(xt), comp_op0=nl.greater_equal, comp_op1=nl.less,
+                          bound0=nl.load(l), bound1=nl.load(h), reduce_res=r, range_start=4)
+        return to_hbm(d), to_hbm(r)
+
+    d, r = nki.simulate(k)(x, lo, hi)
+    idx = 4 + np.arange(F_, dtype=F32)[None, :]
+    want = np.where((idx >= lo) & (idx < hi), x, np.finfo(F32).min)
+    np.testing.assert_array_equal(d, want)
+    np.testing.assert_array_equal(r, want.max(axis=1, keepdims=True))
+
+
+def test_range_select_bf16_fill_becomes_minus_inf():
+    x = randn(4, 8, seed=9)
+    b = np.zeros((4, 1), F32)
+
+    def k(xt, bt):
+        d = nl.ndarray((4, 8), nl.bfloat16, buffer=nl.sbuf)
+        nisa.range_select(dst=d, on_true_tile=nl.load(xt), comp_op0=nl.equal, comp_op1=nl.greater_equal,
+                          bound0=nl.load(bt), bound1=nl.load(bt))
+        return to_hbm(nl.copy(d, dtype=nl.float32))
+
+    got = nki.simulate(k)(x, b)
+    assert np.all(np.isneginf(got[:, 1:]))
+    np.testing.assert_array_equal(got[:, 0], torch.tensor(x[:, 0]).bfloat16().float().numpy())
+
+
+@pytest.mark.parametrize("op0,reduce_op,ref", [
+    (nl.multiply, nl.add, lambda t: t.sum(axis=1, keepdims=True, dtype=np.float64)),
+    (nl.subtract, nl.maximum, lambda t: t.max(axis=1, keepdims=True)),
+    (nl.add, nl.minimum, lambda t: t.min(axis=1, keepdims=True)),
+])
+def test_tensor_scalar_reduce(op0, reduce_op, ref):
+    x = randn(16, 24, seed=10)
+    c = randn(16, 1, seed=11)
+    npop = {nl.multiply: np.multiply, nl.subtract: np.subtract, nl.add: np.add}[op0]
+
+    def k(xt, ct):
+        d = nl.ndarray((16, 24), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((16, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=d, data=nl.load(xt), op0=op0, operand0=nl.load(ct), reduce_op=reduce_op,
+                                  reduce_res=r)
+        return to_hbm(d), to_hbm(r)
+
+    d, r = nki.simulate(k)(x, c)
+    want = npop(x, c).astype(F32)
+    np.testing.assert_array_equal(d, want)
+    np.testing.assert_allclose(r, ref(want), rtol=1e-6, atol=1e-6)
+
+
+def test_tensor_scalar_reduce_load_reduce_and_negate():
+    x = randn(8, 16, seed=12)
+
+    def k(xt):
+        d = nl.ndarray((8, 16), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((8, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=d, data=nl.load(xt), op0=nl.multiply, operand0=2.0, reduce_op=nl.add,
+                                  reduce_res=r, reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=10.0,
+                                  reduce_res_negate=True)
+        return to_hbm(r)
+
+    np.testing.assert_allclose(nki.simulate(k)(x)[:, 0], -(10.0 + (2 * x).sum(axis=1)), rtol=1e-5)
+
+
+def test_tensor_scalar_cumulative_cumsum_and_running_max():
+    x = randn(16, 32, seed=13)
+
+    def k(xt):
+        t = nl.load(xt)
+        s = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=s, src=t, op0=nl.multiply, op1=nl.add, imm0=1.0)
+        m = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=m, src=t, op0=nl.add, op1=nl.maximum, imm0=0.0)
+        # Two halves: the second continues the first's accumulator, then load_reduce starts at imm1.
+        h = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=h[:, 0:16], src=t[:, 0:16], op0=nl.multiply, op1=nl.add, imm0=1.0)
+        nisa.tensor_scalar_cumulative(dst=h[:, 16:32], src=t[:, 16:32], op0=nl.multiply, op1=nl.add, imm0=1.0,
+                                      reduce_cmd=nisa.reduce_cmd.reduce)
+        l = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=l, src=t, op0=nl.multiply, op1=nl.add, imm0=1.0, imm1=5.0,
+                                      reduce_cmd=nisa.reduce_cmd.load_reduce)
+        return to_hbm(s), to_hbm(m), to_hbm(h), to_hbm(l)
+
+    s, m, h, l = nki.simulate(k)(x)
+    cs = np.cumsum(x, axis=1, dtype=F32)  # left to right in fp32, as the engine
+    np.testing.assert_array_equal(s, cs)
+    np.testing.assert_array_equal(m, np.maximum.accumulate(x, axis=1))
+    np.testing.assert_array_equal(h, cs)
+    np.testing.assert_allclose(l, 5.0 + np.cumsum(x, axis=1, dtype=np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_exponential_on_trn3_with_running_sum(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    x = randn(16, 64, seed=14)
+    mx = x.max(axis=1, keepdims=True)
+
+    def k(xt, mt):
+        t, m = nl.load(xt), nl.load(mt)
+        e = nl.ndarray((16, 64), nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((16, 1), nl.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=e[:, 0:32], src=t[:, 0:32], max_value=m, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.exponential(dst=e[:, 32:64], src=t[:, 32:64], max_value=m, reduce_res=s,
+                         reduce_cmd=nisa.reduce_cmd.reduce)
+        f = nl.ndarray((16, 64), nl.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=f, src=t, max_value=1.5)
+        return to_hbm(e), to_hbm(s), to_hbm(f)
+
+    e, s, f = nki.simulate(k)(x, mx)
+    want = np.exp(x.astype(np.float64) - mx)
+    np.testing.assert_allclose(e, want, rtol=1e-6)
+    np.testing.assert_allclose(s[:, 0], want.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(f, np.exp(x.astype(np.float64) - 1.5), rtol=1e-6)
+
+
+def test_activate2_on_trn3(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    x = randn(16, 32, seed=15)
+    sc = randn(16, 1, seed=16)
+
+    def k(xt, st):
+        t = nl.load(xt)
+        a = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((16, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=a, op=nl.tanh, data=t, imm0=nl.load(st), imm1=0.5, op0=nl.multiply, op1=nl.add,
+                       reduce_op=nl.maximum, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        b = nl.ndarray((16, 32), nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=b, op=nl.exp, data=t, imm0=2.0, imm1=0.0, op0=nl.subtract, op1=nl.bypass, reverse0=True)
+        return to_hbm(a), to_hbm(r), to_hbm(b)
+
+    a, r, b = nki.simulate(k)(x, sc)
+    want = np.tanh(x.astype(np.float64) * sc + 0.5)
+    np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(r[:, 0], want.max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(b, np.exp(2.0 - x.astype(np.float64)), rtol=1e-6)
+
+
+def test_nc_match_replace8_docs_example_and_topk_idiom():
+    data = np.array([[1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8]], F32)
+    vals = np.array([[3, 8, 8, 8, 8, 8, 8, 8]], F32)
+
+    def k(d, v):
+        dst = nl.ndarray((1, 11), nl.float32, buffer=nl.sbuf)
+        idx = nl.ndarray((1, 8), nl.uint32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=dst, data=nl.load(d), vals=nl.load(v), imm=-1.0, dst_idx=idx)
+        return to_hbm(dst), to_hbm(idx)
+
+    dst, idx = nki.simulate(k)(data, vals)
+    np.testing.assert_array_equal(idx[0], [2, 10, 9, 8, 7, 6, 5, 4])
+    np.testing.assert_array_equal(dst[0], [1, 2, -1, 4] + [-1] * 7)
+
+    # Top-16 per partition: max8, replace those with -inf, max8 again.
+    x = randn(8, 64, seed=17)
+
+    def top16(xt):
+        t = nl.load(xt)
+        m = nl.ndarray((8, 16), nl.float32, buffer=nl.sbuf)
+        nisa.max8(dst=m[:, 0:8], src=t)
+        rest = nl.ndarray((8, 64), nl.float32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=rest, data=t, vals=m[:, 0:8], imm=float("-inf"))
+        nisa.max8(dst=m[:, 8:16], src=rest)
+        return to_hbm(m)
+
+    np.testing.assert_array_equal(nki.simulate(top16)(x), -np.sort(-x, axis=1)[:, :16])
+
+
+def test_nc_stream_shuffle_per_quadrant_and_keep():
+    x = randn(64, 8, seed=18)
+    mask = [(i + 1) % 32 for i in range(32)]
+    mask[5] = 255
+
+    def k(xt):
+        d = nl.ndarray((64, 8), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=0.0)
+        nisa.nc_stream_shuffle(dst=d, src=nl.load(xt), shuffle_mask=mask)
+        return to_hbm(d)
+
+    got = nki.simulate(k)(x)
+    want = np.zeros_like(x)
+    for i in range(64):
+        if mask[i % 32] != 255:
+            want[i] = x[i // 32 * 32 + mask[i % 32]]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape,hwdge", [((16, 48), True), ((32, 20), False), ((4, 12, 8), True),
+                                         ((2, 3, 8, 5), True)])
+def test_dma_transpose(shape, hwdge):
+    x = (rng(19).standard_normal(shape)).astype(np.float16)
+    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(shape)]
+    mode = nisa.dge_mode.hwdge if hwdge else nisa.dge_mode.unknown
+
+    def from_hbm(xt):
+        d = nl.ndarray(tuple(shape[p] for p in perm), nl.float16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=xt, axes=perm, dge_mode=mode)
+        return to_hbm(d)
+
+    np.testing.assert_array_equal(nki.simulate(from_hbm)(x), np.transpose(x, perm))
+    if len(shape) == 2:
+        def from_sbuf(xt):
+            d = nl.ndarray((shape[1], shape[0]), nl.float16, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=d, src=nl.load(xt))
+            return to_hbm(d)
+
+        np.testing.assert_array_equal(nki.simulate(from_sbuf)(x), x.T)
+
+
+def test_nc_n_gather_per_partition():
+    x = randn(16, 4, 8, seed=20)
+    idx = rng(21).integers(0, 32, (16, 10)).astype(np.uint32)
+
+    def k(xt, it):
+        d = nl.ndarray((16, 10), nl.float32, buffer=nl.sbuf)
+        nisa.nc_n_gather(dst=d, data=nl.load(xt), indices=nl.load(it))
+        return to_hbm(d)
+
+    np.testing.assert_array_equal(nki.simulate(k)(x, idx), np.take_along_axis(x.reshape(16, 32), idx, axis=1))
+
+
+def test_local_gather_docs_reference():
+    src = (rng(22).random((32, 64, 4)) * 100).astype(F32)
+    per_core = rng(23).integers(0, 64, (16, 2)).astype(np.uint16)
+    index = np.tile(per_core, (2, 1)) * 4          # element offsets of 4-element groups
+    valid = 24
+
+    def k(st, it):
+        d = nl.ndarray((32, valid, 4), nl.float32, buffer=nl.sbuf)
+        nisa.local_gather(dst=d, src_buffer=nl.load(st), index=nl.load(it), num_elem_per_idx=4,
+                          num_valid_indices=valid)
+        return to_hbm(d)
+
+    got = nki.simulate(k)(src, index)
+    want = np.empty((32, valid, 4), F32)
+    for c in range(2):
+        ids = index[c * 16:(c + 1) * 16].flatten(order="F")[:valid] // 4
+        want[c * 16:(c + 1) * 16] = np.take(src[c * 16:(c + 1) * 16], ids, axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
+# ---- front-end: kernel arguments and results, constants ---------------------------------------
+
+class _Scale(nl.NKIObject):
+    def __init__(self, factor):
+        self.factor = factor
+
+
+def test_nkiobject_argument_specializes_by_value():
+    @nki.jit
+    def k(x, cfg):
+        t = nl.load(x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(cfg.factor))
+        return to_hbm(t)
+
+    a = randn(4, 8)
+    np.testing.assert_array_equal(nki.simulate(k)(a, _Scale(2.0)), a * 2)
+    np.testing.assert_array_equal(nki.simulate(k)(a, _Scale(2.0)), a * 2)
+    np.testing.assert_array_equal(nki.simulate(k)(a, _Scale(3.0)), a * F32(3))
+    assert len(k._cache) == 2  # equal configurations share one trace
+
+
+def test_returning_a_reshape_of_a_whole_output():
+    def k(x):
+        o = nl.ndarray((1, 32), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=nl.load(x.reshape((1, 32))))
+        return o.reshape((4, 8, 1))
+
+    a = randn(4, 8)
+    got = nki.simulate(k)(a)
+    assert got.shape == (4, 8, 1)
+    np.testing.assert_array_equal(got[..., 0], a)
+
+
+def test_returning_a_written_argument():
+    def k(x, out):
+        t = nl.load(x)
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        nl.store(out, t)
+        return out
+
+    a, o = randn(4, 8), np.zeros((4, 8), F32)
+    got = nki.simulate(k)(a, o)
+    assert got is o
+    np.testing.assert_allclose(o, np.exp(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [nl.float32, nl.bfloat16, nl.uint8])
+def test_shared_identity_matrix(dtype):
+    def k():
+        return to_hbm(nl.copy(nl.shared_identity_matrix(n=16, dtype=dtype), dtype=nl.float32))
+
+    np.testing.assert_array_equal(nki.simulate(k)(), np.eye(16, dtype=F32))
+
+
+def test_dtype_and_mutable_tensor_annotations():
+    import nki.typing as nt
+
+    def k(x: nt.tensor[4, 8], out: nt.mutable_tensor, dtype: nki.dtype = nl.float32):
+        nl.store(out, nl.load(x, dtype=dtype))
+
+    a, o = randn(4, 8), np.zeros((4, 8), F32)
+    nki.simulate(k)(a, o)
+    np.testing.assert_array_equal(o, a)
+    assert nl.DType is str

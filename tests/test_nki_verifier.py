@@ -668,3 +668,215 @@ def test_a_rejected_kernel_is_not_cached():
     for _ in range(2):
         expect_error(k, "partition-limit", "has 200 partitions", z(200, 4))
     assert calls == 2
+
+
+# ---- predicated copy, selection, accumulation, shuffles, gathers, DMA transpose ----------------
+
+def test_tensor_copy_predicated_predicate_dtype():
+    def k(x):
+        d = nl.ndarray((8, 8), nl.float32, buffer=nl.sbuf)
+        p = nl.ndarray((8, 8), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=p, value=1.0)
+        nisa.tensor_copy_predicated(dst=d, src=1.0, predicate=p)  # <-
+
+    expect_error(k, "dtype", "predicate", z(1, 1))
+
+
+def test_tensor_copy_predicated_same_dtype():
+    def k(x):
+        d = nl.ndarray((8, 8), nl.float32, buffer=nl.sbuf)
+        s = nl.zeros((8, 8), nl.bfloat16)
+        p = nl.zeros((8, 8), nl.uint8)
+        nisa.tensor_copy_predicated(dst=d, src=s, predicate=p)  # <-
+
+    expect_error(k, "dtype", "copies without conversion", z(1, 1))
+
+
+def test_tensor_copy_predicated_not_both_in_psum():
+    def k(x):
+        d = nl.ndarray((8, 8), nl.float32, buffer=nl.sbuf)
+        s = nl.zeros((8, 8), nl.float32, buffer=nl.psum)
+        p = nl.zeros((8, 8), nl.uint8, buffer=nl.psum)
+        nisa.tensor_copy_predicated(dst=d, src=s, predicate=p)  # <-
+
+    expect_error(k, "psum-operands", "at most one", z(1, 1))
+
+
+def test_select_reduce_rules():
+    def bad_pred(x):
+        d = nl.ndarray((8, 8), nl.float32, buffer=nl.sbuf)
+        p = nl.zeros((8, 8), nl.int32)
+        nisa.select_reduce(dst=d, predicate=p, on_true=d, on_false=0.0)  # <-
+
+    def bad_res(x):
+        d = nl.zeros((8, 8), nl.float32)
+        p = nl.zeros((8, 8), nl.uint8)
+        r = nl.ndarray((8, 2), nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(dst=d, predicate=p, on_true=d, on_false=0.0, reduce_res=r)  # <-
+
+    def bad_op(x):
+        d = nl.zeros((8, 8), nl.float32)
+        p = nl.zeros((8, 8), nl.uint8)
+        nisa.select_reduce(dst=d, predicate=p, on_true=d, on_false=0.0, reduce_op=nl.add)  # <-
+
+    expect_error(bad_pred, "dtype", "predicate", z(1, 1))
+    expect_error(bad_res, "shape-mismatch", "reduce_res", z(1, 1))
+    expect_error(bad_op, "alu-op", "nl.maximum", z(1, 1))
+
+
+def test_range_select_rules():
+    def bad_cmp(x):
+        d = nl.zeros((8, 8), nl.float32)
+        b = nl.zeros((8, 1), nl.float32)
+        nisa.range_select(dst=d, on_true_tile=d, comp_op0=nl.not_equal, comp_op1=nl.less, bound0=b, bound1=b)  # <-
+
+    def bad_fill(x):
+        d = nl.zeros((8, 8), nl.float32)
+        b = nl.zeros((8, 1), nl.float32)
+        nisa.range_select(dst=d, on_true_tile=d, comp_op0=nl.less, comp_op1=nl.less, bound0=b, bound1=b,  # <-
+                          on_false_value=0.0)
+
+    def bad_bound(x):
+        d = nl.zeros((8, 8), nl.float32)
+        b = nl.zeros((8, 1), nl.bfloat16)
+        nisa.range_select(dst=d, on_true_tile=d, comp_op0=nl.less, comp_op1=nl.less, bound0=b, bound1=b)  # <-
+
+    expect_error(bad_cmp, "alu-op", "comp_op0", z(1, 1))
+    expect_error(bad_fill, "alu-op", "FP32_MIN", z(1, 1))
+    expect_error(bad_bound, "dtype", "must be float32", z(1, 1))
+
+
+def test_tensor_scalar_reduce_and_cumulative_operators():
+    def bad_reduce(x):
+        d = nl.zeros((8, 8), nl.float32)
+        nisa.tensor_scalar_reduce(dst=d, data=d, op0=nl.add, operand0=1.0, reduce_op=nl.subtract)  # <-
+
+    def bitwise(x):
+        d = nl.zeros((8, 8), nl.int16)
+        nisa.tensor_scalar_cumulative(dst=d, src=d, op0=nl.bitwise_and, op1=nl.add, imm0=1.0)  # <-
+
+    def int32(x):
+        d = nl.zeros((8, 8), nl.int32)
+        nisa.tensor_scalar_cumulative(dst=d, src=d, op0=nl.add, op1=nl.add, imm0=1.0)  # <-
+
+    expect_error(bad_reduce, "alu-op", "reduce_op", z(1, 1))
+    expect_error(bitwise, "dtype", "arithmetic operators only", z(1, 1))
+    expect_error(int32, "dtype", "8/16-bit integers", z(1, 1))
+
+
+def test_exponential_and_activate2_need_trn3(target):
+    def exp_kernel(x):
+        d = nl.zeros((8, 8), nl.float32)
+        nisa.exponential(dst=d, src=d)  # <-
+
+    def act2_kernel(x):
+        d = nl.zeros((8, 8), nl.float32)
+        nisa.activate2(dst=d, op=nl.exp, data=d, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add)  # <-
+
+    expect_error(exp_kernel, "nc-version", "exponential needs NeuronCore-v4 (trn3)", z(1, 1))
+    expect_error(act2_kernel, "nc-version", "activate2 needs NeuronCore-v4 (trn3)", z(1, 1))
+    target("trn3")
+    nki.simulate(exp_kernel)(z(1, 1))
+    nki.simulate(act2_kernel)(z(1, 1))
+
+
+def test_activate2_operator_pairs(target):
+    target("trn3")
+
+    def k(x):
+        d = nl.zeros((8, 8), nl.float32)
+        nisa.activate2(dst=d, op=nl.exp, data=d, imm0=1.0, imm1=0.0, op0=nl.add, op1=nl.add)  # <-
+
+    expect_error(k, "alu-op", "(op0, op1) must be one of", z(1, 1))
+
+
+def test_nc_match_replace8_shapes():
+    def k(x):
+        d = nl.zeros((8, 16), nl.float32)
+        v = nl.zeros((8, 4), nl.float32)
+        nisa.nc_match_replace8(dst=d, data=d, vals=v, imm=0.0)  # <-
+
+    expect_error(k, "shape-mismatch", "vals", z(1, 1))
+
+
+def test_nc_stream_shuffle_start_partition():
+    def ok(x):
+        d = nl.zeros((128, 4), nl.float32)
+        nisa.nc_stream_shuffle(dst=d[64:96, :], src=d[32:64, :], shuffle_mask=list(range(32)))
+
+    def bad(x):
+        d = nl.zeros((128, 4), nl.float32)
+        nisa.nc_stream_shuffle(dst=d[32:96, :], src=d[0:64, :], shuffle_mask=list(range(32)))  # <-
+
+    nki.simulate(ok)(z(1, 1))
+    expect_error(bad, "quadrant", "starts at partition 32; with 64 active partitions", z(1, 1))
+
+
+def test_nc_stream_shuffle_mask_range():
+    def k(x):
+        d = nl.zeros((32, 4), nl.float32)
+        nisa.nc_stream_shuffle(dst=d, src=d, shuffle_mask=[40] + list(range(1, 32)))  # <-
+
+    expect_error(k, "shuffle-mask", "shuffle_mask[0] = 40", z(1, 1))
+
+
+def test_dma_transpose_rules():
+    def psum_dst(x):
+        d = nl.ndarray((8, 16), nl.bfloat16, buffer=nl.psum)
+        nisa.dma_transpose(dst=d, src=x)  # <-
+
+    def wrong_shape(x):
+        d = nl.ndarray((16, 16), nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=x)  # <-
+
+    def wrong_axes(x):
+        d = nl.ndarray((8, 16), nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=x, axes=(0, 1))  # <-
+
+    def hwdge_fp32(x):
+        s = nl.zeros((16, 8), nl.float32)
+        d = nl.ndarray((8, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+    def hwdge_rows(x):
+        s = nl.zeros((32, 8), nl.bfloat16)
+        d = nl.ndarray((8, 32), nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+    x = torch.zeros(16, 8, dtype=torch.bfloat16)
+    expect_error(psum_dst, "dma-transpose", "must be in SBUF", x)
+    expect_error(wrong_shape, "dma-transpose", "permuted source shape [8, 16]", x)
+    expect_error(wrong_axes, "dma-transpose", "must be (1, 0)", x)
+    expect_error(hwdge_fp32, "dma-transpose", "2-byte", x)
+    expect_error(hwdge_rows, "dma-transpose", "src.shape[0] == 16", x)
+
+
+def test_gathers_are_gpsimd_and_typed():
+    def n_gather_psum(x):
+        d = nl.ndarray((8, 4), nl.float32, buffer=nl.psum)
+        s = nl.zeros((8, 16), nl.float32)
+        i = nl.zeros((8, 4), nl.uint32)
+        nisa.nc_n_gather(dst=d, data=s, indices=i)  # <-
+
+    def n_gather_idx(x):
+        d = nl.ndarray((8, 4), nl.float32, buffer=nl.sbuf)
+        s = nl.zeros((8, 16), nl.float32)
+        i = nl.zeros((8, 4), nl.int32)
+        nisa.nc_n_gather(dst=d, data=s, indices=i)  # <-
+
+    def local_partitions(x):
+        d = nl.ndarray((8, 4), nl.float32, buffer=nl.sbuf)
+        s = nl.zeros((8, 16), nl.float32)
+        i = nl.zeros((8, 4), nl.uint16)
+        nisa.local_gather(dst=d, src_buffer=s, index=i)  # <-
+
+    def local_elem(x):
+        d = nl.ndarray((16, 12), nl.float32, buffer=nl.sbuf)
+        s = nl.zeros((16, 64), nl.float32)
+        i = nl.zeros((16, 1), nl.uint16)
+        nisa.local_gather(dst=d, src_buffer=s, index=i, num_elem_per_idx=3, num_valid_indices=4)  # <-
+
+    expect_error(n_gather_psum, "gpsimd-psum", "GpSimd", z(1, 1))
+    expect_error(n_gather_idx, "dtype", "indices", z(1, 1))
+    expect_error(local_partitions, "shape-mismatch", "multiple of 16", z(1, 1))
+    expect_error(local_elem, "shape-mismatch", "num_elem_per_idx must be", z(1, 1))

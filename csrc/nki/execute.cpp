@@ -317,7 +317,8 @@ void set_parallel_for(ParallelFor f) { parallel_hook() = std::move(f); }
 struct Program::State {
   Program& p;
   const std::vector<void*>& ext;
-  float act_regs[128] = {};
+  float act_regs[128] = {};  // Scalar engine's per-partition reduce registers
+  float vec_regs[128] = {};  // Vector engine's accumulator (shared by its reducing instructions)
   std::vector<float> buf[6];
 
   uint8_t* base(int t) const {
@@ -358,6 +359,41 @@ struct Program::State {
     for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) { encode_int_run(d, in + at, n, b + off * es, stride, wrap); });
   }
   std::vector<int64_t> ibuf[2];
+
+  // An access's elements as raw bytes, densely in access order (and back).
+  void gather_raw(const Access& a, std::vector<uint8_t>& out) {
+    const size_t es = dtype_size(dt(a));
+    out.resize(a.elements() * es);
+    const uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(out.data() + (at + i) * es, b + (off + i * stride) * es, es);
+    });
+  }
+  void scatter_raw(const Access& a, const std::vector<uint8_t>& in) {
+    const size_t es = dtype_size(dt(a));
+    uint8_t* b = base(a.tensor);
+    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(b + (off + i * stride) * es, in.data() + (at + i) * es, es);
+    });
+  }
+  std::vector<uint8_t> raw_[3];
+
+  // reduce_cmd (nisa.reduce_cmd): idle 0, reset 1, reduce 2, reset_reduce 3, load_reduce 4.
+  static bool accumulates(int64_t cmd) { return cmd >= 2; }
+  void acc_start(float* regs, int64_t cmd, Alu op, const std::vector<float>& init, int64_t P) {
+    if (cmd == 1 || cmd == 3) std::fill(regs, regs + P, identity_of(op));
+    if (cmd == 4) {
+      if (static_cast<int64_t>(init.size()) >= P) std::copy(init.begin(), init.begin() + P, regs);
+      else std::fill(regs, regs + P, identity_of(op));
+    }
+  }
+  void acc_write(const Access& res, const float* regs, int64_t P, bool negate = false) {
+    if (!res.present()) return;
+    std::vector<float>& v = buf[5];
+    v.assign(regs, regs + P);
+    if (negate) for (float& x : v) x = -x;
+    scatter(res, v.data());
+  }
 
   // Same-dtype copy: bits move unchanged (integers above 2**24, NaN payloads).
   void copy_raw(const Access& dst, const Access& src) {
@@ -843,6 +879,261 @@ struct Program::State {
         for (int64_t p = 0; p < P; ++p)
           for (int64_t j = 0; j < F; ++j) t[p * F + j] = pred[p * F + j] != 0 ? t[p * F + j] : f[p];
         scatter(a[0], t);
+        return;
+      }
+      case Op::kCopyPredicated: {
+        const int64_t n = a[0].elements();
+        const bool rev = in.ints.at(0);
+        std::vector<int64_t>& pred = ibuf[1];
+        gather_int(a[2], pred);
+        gather_raw(a[0], raw_[0]);
+        const size_t es = dtype_size(dt(a[0]));
+        if (a[1].present()) {
+          gather_raw(a[1], raw_[1]);  // same dtype: bits move unchanged
+        } else {
+          std::vector<float> imm(n, static_cast<float>(in.floats.at(0)));
+          raw_[1].resize(n * es);
+          if (is_float(dt(a[0]))) {
+            encode_run(dt(a[0]), imm.data(), n, raw_[1].data(), 1);
+          } else {
+            std::vector<int64_t> iv(n, static_cast<int64_t>(std::nearbyint(in.floats.at(0))));
+            encode_int_run(dt(a[0]), iv.data(), n, raw_[1].data(), 1, false);
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          if ((pred[i] != 0) != rev) std::memcpy(raw_[0].data() + i * es, raw_[1].data() + i * es, es);
+        }
+        scatter_raw(a[0], raw_[0]);
+        return;
+      }
+      case Op::kSelectReduce: {
+        const int64_t P = a[2].partitions(), F = a[2].free_elements();
+        const int64_t cmd = in.ints.at(0);
+        const bool rev = in.ints.at(1);
+        const float* pred = gather(a[1], 0);
+        float* t = gather(a[2], 1);
+        const std::vector<float> f = column(a[3], in.floats.at(0), P, 2);
+        acc_start(vec_regs, cmd, Alu::kMaximum, {}, P);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < F; ++j) {
+            float& v = t[p * F + j];
+            v = ((pred[p * F + j] != 0) != rev) ? v : f[p];
+            if (accumulates(cmd)) vec_regs[p] = std::fmax(vec_regs[p], v);
+          }
+        }
+        scatter(a[0], t);
+        acc_write(a[4], vec_regs, P);
+        return;
+      }
+      case Op::kRangeSelect: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const Alu c0 = static_cast<Alu>(in.ints.at(0)), c1 = static_cast<Alu>(in.ints.at(1));
+        const int64_t cmd = in.ints.at(2), start = in.ints.at(3);
+        float* t = gather(a[1], 0);
+        const std::vector<float> b0 = column(a[2], 0.0, P, 1), b1 = column(a[3], 0.0, P, 2);
+        const float fill = static_cast<float>(in.floats.at(0));
+        acc_start(vec_regs, cmd, Alu::kMaximum, {}, P);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < F; ++j) {
+            const float idx = static_cast<float>(start + j);
+            float& v = t[p * F + j];
+            if (!(alu(c0, idx, b0[p]) != 0 && alu(c1, idx, b1[p]) != 0)) v = fill;
+            if (accumulates(cmd)) vec_regs[p] = std::fmax(vec_regs[p], v);
+          }
+        }
+        scatter(a[0], t);
+        acc_write(a[4], vec_regs, P);
+        return;
+      }
+      case Op::kTensorScalarReduce: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const Alu op0 = static_cast<Alu>(in.ints.at(0)), rop = static_cast<Alu>(in.ints.at(1));
+        const int64_t cmd = in.ints.at(2);
+        float* x = gather(a[1], 0);
+        const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
+        acc_start(vec_regs, cmd, rop, column(a[4], in.floats.at(1), P, 2), P);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < F; ++j) {
+            float& v = x[p * F + j];
+            v = alu_unary(op0) ? alu(op0, v, 0) : alu(op0, v, c0[p]);
+            if (accumulates(cmd)) vec_regs[p] = alu(rop, vec_regs[p], v);
+          }
+        }
+        scatter(a[0], x);
+        acc_write(a[3], vec_regs, P, in.ints.at(3) != 0);
+        return;
+      }
+      case Op::kTensorScalarCumulative: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const Alu op0 = static_cast<Alu>(in.ints.at(0)), op1 = static_cast<Alu>(in.ints.at(1));
+        const int64_t cmd = in.ints.at(2);
+        float* x = gather(a[1], 0);
+        const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
+        acc_start(vec_regs, cmd, op1 == Alu::kSubtract ? Alu::kAdd : op1, column(a[3], in.floats.at(1), P, 2), P);
+        for (int64_t p = 0; p < P; ++p) {
+          float reg = vec_regs[p];
+          for (int64_t j = 0; j < F; ++j) {
+            float& v = x[p * F + j];
+            reg = alu(op1, alu_unary(op0) ? alu(op0, v, 0) : alu(op0, v, c0[p]), reg);
+            v = reg;
+          }
+          vec_regs[p] = reg;
+        }
+        scatter(a[0], x);
+        return;
+      }
+      case Op::kExponential: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const int64_t cmd = in.ints.at(0);
+        float* x = gather(a[1], 0);
+        const std::vector<float> m = column(a[2], in.floats.at(0), P, 1);
+        acc_start(vec_regs, cmd, Alu::kAdd, column(a[4], in.floats.at(1), P, 2), P);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < F; ++j) {
+            float& v = x[p * F + j];
+            v = std::exp(v - m[p]);
+            if (accumulates(cmd)) vec_regs[p] += v;
+          }
+        }
+        scatter(a[0], x);
+        acc_write(a[3], vec_regs, P);
+        return;
+      }
+      case Op::kActivate2: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        const Act fn = static_cast<Act>(in.ints.at(0));
+        const Alu op0 = static_cast<Alu>(in.ints.at(1)), op1 = static_cast<Alu>(in.ints.at(2));
+        const bool rev0 = in.ints.at(3), rev1 = in.ints.at(4);
+        const bool has_reduce = in.ints.at(5) >= 0;
+        const Alu rop = has_reduce ? static_cast<Alu>(in.ints.at(5)) : Alu::kAdd;
+        const int64_t cmd = in.ints.at(6);
+        float* x = gather(a[1], 0);
+        const std::vector<float> i0 = column(a[2], in.floats.at(0), P, 1), i1 = column(a[3], in.floats.at(1), P, 2);
+        acc_start(act_regs, cmd, rop, {}, P);
+        auto stage = [](Alu op, float v, float imm, bool rev) {
+          return op == Alu::kBypass ? v : rev ? alu(op, imm, v) : alu(op, v, imm);
+        };
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < F; ++j) {
+            float& v = x[p * F + j];
+            v = act(fn, stage(op1, stage(op0, v, i0[p], rev0), i1[p], rev1));
+            if (has_reduce && accumulates(cmd)) act_regs[p] = alu(rop, act_regs[p], v);
+          }
+        }
+        scatter(a[0], x);
+        acc_write(a[5], act_regs, P);
+        return;
+      }
+      case Op::kMatchReplace8: {
+        const int64_t P = a[1].partitions(), F = a[1].free_elements();
+        float* x = gather(a[1], 0);
+        const float* vals = gather(a[2], 1);
+        const float imm = static_cast<float>(in.floats.at(0));
+        std::vector<float>& idx = buf[2];
+        idx.assign(P * 8, 4294967295.0f);
+        std::vector<uint8_t> replaced(F);
+        for (int64_t p = 0; p < P; ++p) {
+          std::fill(replaced.begin(), replaced.end(), 0);
+          for (int j = 7; j >= 0; --j) {  // duplicates: the last val takes the first match
+            const float v = vals[p * 8 + j];
+            for (int64_t f = 0; f < F; ++f) {
+              if (!replaced[f] && x[p * F + f] == v) {
+                replaced[f] = 1;
+                idx[p * 8 + j] = static_cast<float>(f);
+                break;
+              }
+            }
+          }
+          for (int64_t f = 0; f < F; ++f) if (replaced[f]) x[p * F + f] = imm;
+        }
+        scatter(a[0], x);
+        if (a.size() > 3 && a[3].present()) scatter(a[3], idx.data());
+        return;
+      }
+      case Op::kStreamShuffle: {
+        const int64_t Pd = a[0].partitions(), Ps = a[1].partitions();
+        const size_t es = dtype_size(dt(a[0]));
+        const int64_t row = a[0].free_elements() * es;
+        gather_raw(a[1], raw_[1]);  // before writing: in place is allowed
+        gather_raw(a[0], raw_[0]);
+        for (int64_t i = 0; i < Pd; ++i) {
+          const int64_t m = in.ints.at(i % 32);
+          const int64_t from = i / 32 * 32 + m;
+          if (m == 255 || from >= Ps) continue;
+          std::memcpy(raw_[0].data() + i * row, raw_[1].data() + from * row, row);
+        }
+        scatter_raw(a[0], raw_[0]);
+        return;
+      }
+      case Op::kDmaTranspose: {
+        const Access &dst = a[0], &src = a[1];
+        const size_t nd = src.dims.size(), es = dtype_size(dt(src));
+        std::vector<int64_t> perm = nd == 2 ? std::vector<int64_t>{1, 0} : nd == 3 ? std::vector<int64_t>{2, 1, 0}
+                                                                                   : std::vector<int64_t>{3, 1, 2, 0};
+        gather_raw(src, raw_[1]);
+        std::vector<int64_t> sstride(nd, 1);
+        for (int64_t i = static_cast<int64_t>(nd) - 2; i >= 0; --i) sstride[i] = sstride[i + 1] * src.dims[i + 1].size;
+        raw_[0].resize(raw_[1].size());
+        std::vector<int64_t> j(nd, 0);
+        for (int64_t k = 0, n = dst.elements(); k < n; ++k) {
+          int64_t from = 0;
+          for (size_t i = 0; i < nd; ++i) from += j[i] * sstride[perm[i]];
+          std::memcpy(raw_[0].data() + k * es, raw_[1].data() + from * es, es);
+          for (int64_t i = static_cast<int64_t>(nd) - 1; i >= 0; --i) {
+            if (++j[i] < dst.dims[i].size) break;
+            j[i] = 0;
+          }
+        }
+        scatter_raw(dst, raw_[0]);
+        return;
+      }
+      case Op::kNGather: {
+        const int64_t P = a[1].partitions(), Fd = a[1].free_elements(), Fi = a[2].free_elements();
+        const size_t es = dtype_size(dt(a[1]));
+        gather_raw(a[1], raw_[1]);
+        const int64_t* idx = gather_int(a[2], ibuf[0]);
+        raw_[0].resize(P * Fi * es);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t j = 0; j < Fi; ++j) {
+            const int64_t i = idx[p * Fi + j];
+            if (i < 0 || i >= Fd) {
+              throw std::out_of_range("nki: nc_n_gather index " + std::to_string(i) + " at partition " +
+                                      std::to_string(p) + " is outside [0, " + std::to_string(Fd) + ") (" +
+                                      in.loc.file + ":" + std::to_string(in.loc.line) + ")");
+            }
+            std::memcpy(raw_[0].data() + (p * Fi + j) * es, raw_[1].data() + (p * Fd + i) * es, es);
+          }
+        }
+        scatter_raw(a[0], raw_[0]);
+        return;
+      }
+      case Op::kLocalGather: {
+        const int64_t P = a[1].partitions(), Fs = a[1].free_elements(), Fi = a[2].free_elements();
+        const int64_t n_elem = in.ints.at(0), valid = in.ints.at(1);
+        const size_t es = dtype_size(dt(a[1]));
+        gather_raw(a[1], raw_[1]);
+        const int64_t* idx = gather_int(a[2], ibuf[0]);
+        const int64_t Fo = valid * n_elem;
+        raw_[0].resize(P * Fo * es);
+        std::vector<int64_t> flat(16 * Fi);
+        for (int64_t c = 0; c < P / 16; ++c) {
+          for (int64_t col = 0; col < Fi; ++col)  // partition-first (column-major) order
+            for (int64_t r = 0; r < 16; ++r) flat[col * 16 + r] = idx[(c * 16 + r) * Fi + col];
+          for (int64_t r = c * 16; r < c * 16 + 16; ++r) {
+            for (int64_t k = 0; k < valid; ++k) {
+              for (int64_t e = 0; e < n_elem; ++e) {
+                const int64_t from = flat[k] + e;
+                if (from < 0 || from >= Fs) {
+                  throw std::out_of_range("nki: local_gather index " + std::to_string(flat[k]) + " reads element " +
+                                          std::to_string(from) + " of " + std::to_string(Fs) + " per partition (" +
+                                          in.loc.file + ":" + std::to_string(in.loc.line) + ")");
+                }
+                std::memcpy(raw_[0].data() + (r * Fo + k * n_elem + e) * es, raw_[1].data() + (r * Fs + from) * es, es);
+              }
+            }
+          }
+        }
+        scatter_raw(a[0], raw_[0]);
         return;
       }
     }

@@ -39,7 +39,11 @@ const char* op_name(Op op) {
   static const char* names[] = {
       "dma_copy", "tensor_copy", "memset", "iota", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
       "activation", "tensor_reduce", "tensor_tensor_scan", "affine_select", "bn_stats", "bn_aggr", "max8",
-      "nc_find_index8", "reciprocal", "tensor_partition_reduce", "scalar_tensor_tensor", "select"};
+      "nc_find_index8", "reciprocal", "tensor_partition_reduce", "scalar_tensor_tensor", "select",
+      "tensor_copy_predicated", "select_reduce", "range_select", "tensor_scalar_reduce", "tensor_scalar_cumulative",
+      "exponential", "activate2", "nc_match_replace8", "nc_stream_shuffle", "dma_transpose", "nc_n_gather",
+      "local_gather"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kNumOps, "one name per Op");
   return names[static_cast<int>(op)];
 }
 

@@ -91,7 +91,27 @@ enum class Op : uint8_t {
   kPartitionReduce,   // [dst, data]                        ints: alu op
   kScalarTensorTensor,// [dst, data, operand0?, operand1]   ints: op0, op1, reverse0, reverse1  floats: imm0
   kSelect,            // [dst, predicate, on_true, on_false?] floats: on_false
+  // Vector-engine instructions that use the engine's per-partition accumulator registers.
+  kCopyPredicated,    // [dst, src?, predicate]             ints: reverse_pred  floats: src immediate
+  kSelectReduce,      // [dst, predicate, on_true, on_false?, reduce_res?] ints: reduce_cmd, reverse_pred
+                      //                                    floats: on_false
+  kRangeSelect,       // [dst, on_true, bound0, bound1, reduce_res?] ints: comp_op0, comp_op1, reduce_cmd,
+                      //                                    range_start  floats: on_false_value
+  kTensorScalarReduce,// [dst, data, operand0?, reduce_res?, reduce_init?] ints: op0, reduce_op, reduce_cmd,
+                      //                                    reduce_res_negate  floats: imm0, reduce_init
+  kTensorScalarCumulative, // [dst, src, imm0?, imm1?]      ints: op0, op1, reduce_cmd  floats: imm0, imm1
+  kExponential,       // [dst, src, max_value?, reduce_res?, reduce_init?] ints: reduce_cmd
+                      //                                    floats: max_value, reduce_init
+  kActivate2,         // [dst, data, imm0?, imm1?, relu_param?, reduce_res?] ints: act, op0, op1, reverse0,
+                      //                                    reverse1, reduce_op (-1 none), reduce_cmd
+                      //                                    floats: imm0, imm1, relu_param
+  kMatchReplace8,     // [dst, data, vals, dst_idx?]        floats: imm
+  kStreamShuffle,     // [dst, src]                         ints: 32 mask entries (255: keep)
+  kDmaTranspose,      // [dst, src]                         ints: dge_mode, axes...
+  kNGather,           // [dst, data, indices]
+  kLocalGather,       // [dst, src_buffer, index]           ints: num_elem_per_idx, num_valid_indices
 };
+constexpr int kNumOps = static_cast<int>(Op::kLocalGather) + 1;
 const char* op_name(Op op);
 
 // ALU operators (nki.isa's `op` arguments), numbered as nki/isa.py numbers them.

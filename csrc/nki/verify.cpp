@@ -159,6 +159,85 @@ class Verifier {
     }
   }
 
+  void dtype_in(const Access& a, const char* what, std::initializer_list<DType> ok) const {
+    for (DType d : ok) if (dt(a) == d) return;
+    std::string names;
+    for (DType d : ok) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
+    fail("dtype", std::string(what) + " " + describe(a) + " is " + dtype_name(dt(a)) + "; it must be one of " + names);
+  }
+  void float32_operand(const Access& a, const char* what) const {
+    if (dt(a) != DType::kFloat32) {
+      fail("dtype", std::string(what) + " " + describe(a) + " is " + dtype_name(dt(a)) + "; it must be float32");
+    }
+  }
+  void reduce_op_in(int64_t op, const char* what, std::initializer_list<Alu> ok) const {
+    for (Alu a : ok) if (static_cast<int64_t>(a) == op) return;
+    fail("alu-op", std::string(what) + " is not an operator this instruction supports");
+  }
+  void need_version(int v, const char* what) const {
+    if (k_.target.nc_version < v) {
+      fail("nc-version", std::string(what) + " needs NeuronCore-v" + std::to_string(v) + " (trn3); the kernel is "
+                         "traced for " + k_.target.name + " (NeuronCore-v" + std::to_string(k_.target.nc_version) + ")");
+    }
+  }
+  int64_t start_partition(const Access& a) const {
+    const int64_t pe = decl(a).partition_elements();
+    return pe > 0 ? a.offset / pe : 0;
+  }
+
+  void check_dma_transpose(const Instr& in) {
+    const Access &dst = in.args[0], &src = in.args[1];
+    const int64_t mode = in.ints.at(0);
+    std::vector<int64_t> axes(in.ints.begin() + 1, in.ints.end());
+    if (buf(dst) != Buffer::kSbuf) {
+      fail("dma-transpose", "destination " + describe(dst) + " must be in SBUF");
+    }
+    if (buf(src) == Buffer::kPsum) {
+      fail("dma-psum", "source " + describe(src) + " is in PSUM; DMA cannot access PSUM");
+    }
+    if (dt(dst) != dt(src)) {
+      fail("dma-transpose", std::string("destination dtype ") + dtype_name(dt(dst)) + " must equal the source's " +
+                                dtype_name(dt(src)));
+    }
+    const size_t nd = src.dims.size();
+    const std::vector<int64_t> perm = nd == 2 ? std::vector<int64_t>{1, 0} : nd == 3 ? std::vector<int64_t>{2, 1, 0}
+                                      : nd == 4 ? std::vector<int64_t>{3, 1, 2, 0} : std::vector<int64_t>{};
+    if (perm.empty()) fail("dma-transpose", "source " + describe(src) + " must be 2-D, 3-D or 4-D");
+    if (!axes.empty() && axes != perm) {
+      std::string p;
+      for (int64_t x : perm) p += (p.empty() ? "" : ", ") + std::to_string(x);
+      fail("dma-transpose", "axes for a " + std::to_string(nd) + "-D source must be (" + p + ")");
+    }
+    bool same = dst.dims.size() == nd;
+    for (size_t i = 0; same && i < nd; ++i) same = dst.dims[i].size == src.dims[perm[i]].size;
+    if (!same) {
+      std::vector<int64_t> want;
+      for (int64_t x : perm) want.push_back(src.dims[x].size);
+      fail("dma-transpose", "destination " + describe(dst) + " must have the permuted source shape " +
+                                shape_str(want));
+    }
+    if (mode != 0 && mode != 2) {
+      fail("dma-transpose", "a direct DMA transpose takes dge_mode unknown or hwdge (swdge is the indirect form)");
+    }
+    if (mode == 2) {  // hardware DGE
+      if (dtype_size(dt(src)) != 2) {
+        fail("dma-transpose", std::string("a hwdge transpose moves 2-byte elements; the source is ") +
+                                  dtype_name(dt(src)));
+      }
+      const int64_t s0 = src.dims[0].size, last = src.dims[nd - 1].size;
+      if (nd == 2 && s0 != 16) {
+        fail("dma-transpose", "a 2-D hwdge transpose needs src.shape[0] == 16, got " + std::to_string(s0));
+      }
+      if (nd > 2 && ((s0 != 1 && s0 != 2 && s0 != 4 && s0 != 8 && s0 != 16) || (s0 * src.dims[nd - 2].size) % 16)) {
+        fail("dma-transpose", "a " + std::to_string(nd) + "-D hwdge transpose needs src.shape[0] in {1, 2, 4, 8, 16} "
+                              "and src.shape[0] * src.shape[-2] a multiple of 16");
+      }
+      if (last > 128) {
+        fail("dma-transpose", "a hwdge transpose needs src.shape[-1] <= 128, got " + std::to_string(last));
+      }
+    }
+  }
+
   // Instructions whose operators compute in fp32 only (no bitwise operators).
   void arithmetic_only(const Instr& in, std::initializer_list<int> op_slots) const {
     for (int i : op_slots) {
@@ -319,6 +398,227 @@ class Verifier {
         not_both_psum(a[1], a[2]);
         if (a.size() > 3) column_of(a[3], a[1], "on_false");
         break;
+      case Op::kCopyPredicated: {
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[2], "predicate");
+        same_layout(a[0], a[2], "destination and predicate");
+        if (a[1].present()) {
+          need_on_chip(a[1], "source");
+          same_layout(a[0], a[1], "destination and source");
+          not_both_psum(a[1], a[2]);
+          if (dt(a[1]) != dt(a[0])) {
+            fail("dtype", "source " + describe(a[1]) + " is " + dtype_name(dt(a[1])) + " but the destination is " +
+                              dtype_name(dt(a[0])) + "; tensor_copy_predicated copies without conversion");
+          }
+        }
+        dtype_in(a[2], "predicate", {DType::kUInt8, DType::kUInt16, DType::kUInt32});
+        break;
+      }
+      case Op::kSelectReduce:
+        for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
+        same_layout(a[0], a[1], "destination and predicate");
+        same_layout(a[0], a[2], "destination and on_true");
+        not_both_psum(a[1], a[2]);
+        column_of(a[3], a[2], "on_false");
+        column_of(a[4], a[2], "reduce_res");
+        dtype_in(a[1], "predicate", {DType::kInt8, DType::kUInt8, DType::kInt16, DType::kUInt16});
+        if (dt(a[2]) == DType::kTFloat32 || dt(a[2]) == DType::kInt32 || dt(a[2]) == DType::kUInt32) {
+          fail("dtype", "on_true " + describe(a[2]) + " is " + dtype_name(dt(a[2])) + "; select_reduce takes any "
+                        "dtype but tfloat32, int32 and uint32");
+        }
+        if (a[3].present()) float32_operand(a[3], "on_false");
+        if (a[4].present() && !is_float(dt(a[4]))) {
+          fail("dtype", "reduce_res " + describe(a[4]) + " must be a floating-point tensor");
+        }
+        break;
+      case Op::kRangeSelect:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "on_true_tile");
+        same_layout(a[0], a[1], "destination and on_true_tile");
+        for (int i = 2; i < 4; ++i) {
+          need_on_chip(a[i], i == 2 ? "bound0" : "bound1");
+          column_of(a[i], a[1], i == 2 ? "bound0" : "bound1");
+          float32_operand(a[i], i == 2 ? "bound0" : "bound1");
+        }
+        column_of(a[4], a[1], "reduce_res");
+        if (!is_float(dt(a[1]))) {
+          fail("dtype", "on_true_tile " + describe(a[1]) + " is " + dtype_name(dt(a[1])) + "; range_select selects "
+                        "from floating-point tiles");
+        }
+        for (int i = 0; i < 2; ++i) {
+          const Alu c = static_cast<Alu>(in.ints[i]);
+          if (c != Alu::kEqual && c != Alu::kLess && c != Alu::kLessEqual && c != Alu::kGreater &&
+              c != Alu::kGreaterEqual) {
+            fail("alu-op", std::string(i ? "comp_op1" : "comp_op0") + " must be one of nl.equal, nl.less, "
+                           "nl.less_equal, nl.greater, nl.greater_equal");
+          }
+        }
+        // The engine fills with FP32_MIN only (the hardware has no other fill value).
+        if (in.floats.at(0) != -3.4028234663852886e38) {
+          fail("alu-op", "on_false_value must be FP32_MIN (-3.4028235e+38): the only fill value the Vector engine's "
+                         "range select supports");
+        }
+        break;
+      case Op::kTensorScalarReduce:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        same_layout(a[0], a[1], "destination and data");
+        column_of(a[2], a[1], "operand0");
+        if (a[2].present()) float32_operand(a[2], "operand0");
+        column_of(a[3], a[1], "reduce_res");
+        column_of(a[4], a[1], "reduce_init");
+        arithmetic_only(in, {0});
+        reduce_op_in(in.ints[1], "reduce_op", {Alu::kAdd, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
+        break;
+      case Op::kTensorScalarCumulative:
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "src");
+        same_layout(a[0], a[1], "destination and src");
+        column_of(a[2], a[1], "imm0");
+        column_of(a[3], a[1], "imm1");
+        if (a[2].present()) float32_operand(a[2], "imm0");
+        if (a[3].present()) float32_operand(a[3], "imm1");
+        arithmetic_only(in, {0});
+        reduce_op_in(in.ints[1], "op1", {Alu::kAdd, Alu::kSubtract, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
+        for (int i = 0; i < 2; ++i) {
+          const DType d = dt(a[i]);
+          if (d == DType::kInt32 || d == DType::kUInt32 || d == DType::kTFloat32) {
+            fail("dtype", std::string(i ? "src " : "destination ") + describe(a[i]) + " is " + dtype_name(d) +
+                              "; tensor_scalar_cumulative takes bf16/fp16/fp32/fp8 and 8/16-bit integers");
+          }
+        }
+        break;
+      case Op::kExponential:
+        need_version(4, "exponential");
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "src");
+        same_layout(a[0], a[1], "destination and src");
+        column_of(a[2], a[1], "max_value");
+        if (a[2].present()) float32_operand(a[2], "max_value");
+        column_of(a[3], a[1], "reduce_res");
+        column_of(a[4], a[1], "reduce_init");
+        break;
+      case Op::kActivate2: {
+        need_version(4, "activate2");
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "data");
+        same_layout(a[0], a[1], "destination and data");
+        column_of(a[2], a[1], "imm0");
+        column_of(a[3], a[1], "imm1");
+        column_of(a[4], a[1], "relu_param");
+        column_of(a[5], a[1], "reduce_res");
+        const Alu o0 = static_cast<Alu>(in.ints[1]), o1 = static_cast<Alu>(in.ints[2]);
+        const bool ok = (o0 == Alu::kMultiply && (o1 == Alu::kAdd || o1 == Alu::kSubtract || o1 == Alu::kBypass)) ||
+                        ((o0 == Alu::kAdd || o0 == Alu::kSubtract || o0 == Alu::kBypass) && o1 == Alu::kBypass);
+        if (!ok) {
+          fail("alu-op", "(op0, op1) must be one of (multiply, add), (multiply, subtract), (multiply, bypass), "
+                         "(add, bypass), (subtract, bypass), (bypass, bypass)");
+        }
+        if (in.ints[5] >= 0) {
+          reduce_op_in(in.ints[5], "reduce_op", {Alu::kAdd, Alu::kMaximum, Alu::kMinimum, Alu::kAbsMax, Alu::kAbsMin});
+        }
+        break;
+      }
+      case Op::kMatchReplace8: {
+        const Access& src = a[1];
+        need_on_chip(a[0], "destination");
+        need_on_chip(src, "data");
+        same_layout(a[0], src, "destination and data");
+        if (src.free_elements() < 8 || src.free_elements() > 16384) {
+          fail("shape-mismatch", describe(src) + " must have 8 to 16384 elements per partition");
+        }
+        if (a[2].partitions() != src.partitions() || a[2].free_elements() != 8) {
+          fail("shape-mismatch", "vals " + describe(a[2]) + " must be (" + std::to_string(src.partitions()) + ", 8)");
+        }
+        if (a[3].present()) {
+          need_on_chip(a[3], "dst_idx");
+          if (a[3].partitions() != src.partitions() || a[3].free_elements() != 8) {
+            fail("shape-mismatch", "dst_idx " + describe(a[3]) + " must be (" + std::to_string(src.partitions()) +
+                                       ", 8)");
+          }
+        }
+        break;
+      }
+      case Op::kStreamShuffle: {
+        need_on_chip(a[0], "destination");
+        need_on_chip(a[1], "src");
+        if (a[0].free_elements() != a[1].free_elements()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " and src " + describe(a[1]) +
+                                     " differ in elements per partition");
+        }
+        if (dt(a[0]) != dt(a[1])) {
+          fail("dtype", std::string("destination dtype ") + dtype_name(dt(a[0])) + " must equal src's " +
+                            dtype_name(dt(a[1])));
+        }
+        const int64_t active = (std::max(a[0].partitions(), a[1].partitions()) + 31) / 32 * 32;
+        const int64_t align = active > 64 ? 128 : active;
+        for (int i = 0; i < 2; ++i) {
+          const int64_t start = start_partition(a[i]);
+          if (start % align != 0) {
+            fail("quadrant", std::string(i ? "src " : "destination ") + describe(a[i]) + " starts at partition " +
+                                 std::to_string(start) + "; with " + std::to_string(active) + " active partitions "
+                                 "the start partition must be a multiple of " + std::to_string(align));
+          }
+        }
+        for (size_t i = 0; i < in.ints.size(); ++i) {
+          const int64_t m = in.ints[i];
+          if (m != 255 && (m < 0 || m >= 32 || m >= a[1].partitions())) {
+            fail("shuffle-mask", "shuffle_mask[" + std::to_string(i) + "] = " + std::to_string(m) + " names no source "
+                                 "partition of " + describe(a[1]) + " (0..31 within a quadrant, or 255 to keep)");
+          }
+        }
+        break;
+      }
+      case Op::kDmaTranspose: check_dma_transpose(in); break;
+      case Op::kNGather:
+        for (int i = 0; i < 3; ++i) {
+          need_on_chip(a[i], i == 0 ? "destination" : i == 1 ? "data" : "indices");
+          if (buf(a[i]) != Buffer::kSbuf) {
+            fail("gpsimd-psum", describe(a[i]) + " is in PSUM, which the GpSimd engine cannot access; use SBUF");
+          }
+        }
+        if (a[0].partitions() != a[1].partitions() || a[2].partitions() != a[1].partitions() ||
+            a[0].free_elements() != a[2].free_elements()) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + ", data " + describe(a[1]) + " and indices " +
+                                     describe(a[2]) + " must share partitions, and the destination has one element "
+                                     "per index");
+        }
+        if (dt(a[0]) != dt(a[1])) fail("dtype", "the destination's dtype must equal the data's");
+        dtype_in(a[2], "indices", {DType::kUInt32});
+        break;
+      case Op::kLocalGather: {
+        for (int i = 0; i < 3; ++i) {
+          need_on_chip(a[i], i == 0 ? "destination" : i == 1 ? "src_buffer" : "index");
+          if (buf(a[i]) != Buffer::kSbuf) {
+            fail("gpsimd-psum", describe(a[i]) + " is in PSUM, which the GpSimd engine cannot access; use SBUF");
+          }
+        }
+        const int64_t P = a[1].partitions();
+        if (a[2].partitions() != P || P % 16 != 0 || a[0].partitions() != P) {
+          fail("shape-mismatch", "src_buffer " + describe(a[1]) + ", index " + describe(a[2]) + " and destination " +
+                                     describe(a[0]) + " must have the same number of partitions, a multiple of 16 "
+                                     "(one GpSimd core per 16 partitions)");
+        }
+        if (start_partition(a[1]) % 16 != 0 || start_partition(a[2]) % 16 != 0) {
+          fail("quadrant", "src_buffer and index start on a 16-partition boundary (one GpSimd core's partitions)");
+        }
+        if (dt(a[0]) != dt(a[1])) fail("dtype", "the destination's dtype must equal src_buffer's (no conversion)");
+        dtype_in(a[2], "index", {DType::kUInt16});
+        const int64_t per_core = a[2].free_elements() * 16, n_elem = in.ints[0], valid = in.ints[1];
+        if (n_elem != 1 && n_elem != 2 && n_elem != 4 && n_elem != 8 && n_elem != 16 && n_elem != 32) {
+          fail("shape-mismatch", "num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got " + std::to_string(n_elem));
+        }
+        if (valid < 1 || valid > per_core) {
+          fail("shape-mismatch", "num_valid_indices is " + std::to_string(valid) + "; each core has " +
+                                     std::to_string(per_core) + " indices");
+        }
+        if (valid > 4096) fail("shape-mismatch", "at most 4096 indices per GpSimd core, got " + std::to_string(valid));
+        if (a[0].free_elements() != valid * n_elem) {
+          fail("shape-mismatch", "destination " + describe(a[0]) + " must hold num_valid_indices * num_elem_per_idx = " +
+                                     std::to_string(valid * n_elem) + " elements per partition");
+        }
+        break;
+      }
     }
   }
 

@@ -56,6 +56,7 @@ void register_nki(py::module_& parent) {
       .def("instr",
            [](KernelBuilder& b, int op, const std::vector<PyAccess>& args, std::vector<int64_t> ints,
               std::vector<double> floats, std::string file, int line) {
+             if (op < 0 || op >= neuron::nki::kNumOps) throw std::invalid_argument("nki: unknown op code");
              neuron::nki::Instr in{static_cast<neuron::nki::Op>(op), {}, std::move(ints), std::move(floats),
                                    {std::move(file), line}};
              in.args.reserve(args.size());

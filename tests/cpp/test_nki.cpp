@@ -111,10 +111,11 @@ TEST(NkiVerifier, RejectsTooManyPartitionsAtTheDeclaration) {
 }
 
 TEST(NkiVerifier, MatmulMovingFreeLimit) {
+  // trn3 writes up to 4096 fp32 results (all 8 PSUM banks); one more column is rejected.
   nk::Kernel k{nk::target_for("trn3"), {}, {}};
   const int s = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {128, 128});
-  const int m = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {128, 1024});
-  const int d = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {128, 1024});
+  const int m = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {128, 4097});
+  const int d = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {128, 4096});
   instr(k, nk::Op::kMatmul, {whole(k, d), whole(k, s), whole(k, m)}, {-1, 0}, {}, 3);
   try {
     nk::verify(k);
