@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
 	clean
 
 run: build
@@ -85,3 +85,6 @@ bench-compile: build
 
 bench-nki: build
 	$(PY) benchmarks/nki_simulator.py
+
+bench-fp8: build
+	NEURON_PLATFORM=trn3 $(PY) benchmarks/fp8.py

@@ -1,4 +1,5 @@
-// Matrix products on neuron, with a matrix-vector path of the device's own.
+// Matrix products on neuron, with a matrix-vector path of the device's own, behind the FP8
+// platform gate (scaled_mm.cpp).
 //
 // mm and addmm run ATen's CPU kernels on device memory (kernel.h), except when one operand is a
 // single row or column: a batch-1 decode step, a linear layer applied to one token, a gradient
@@ -13,6 +14,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
+#include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <torch/library.h>
 
@@ -202,6 +205,7 @@ std::optional<std::pair<const float*, int64_t>> bias_of(const Tensor& self, cons
 // (kernel.h) does the rest (aliases, device checks, counting, profiling) as for any op.
 struct Mm : at::_ops::mm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
+    check_fp8_compute("mm", {&a, &b});
     if (auto p = plan(a, b)) {
       Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
@@ -213,6 +217,7 @@ struct Mm : at::_ops::mm {
 
 struct MmOut : at::_ops::mm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
+    check_fp8_compute("mm", {&a, &b});
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&a, &b})) {
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
       return out;
@@ -224,6 +229,7 @@ struct MmOut : at::_ops::mm_out {
 struct Addmm : at::_ops::addmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                            const at::Scalar& beta, const at::Scalar& alpha) {
+    check_fp8_compute("addmm", {&a, &b});
     if (auto p = plan(a, b)) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
         Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
@@ -239,6 +245,7 @@ struct Addmm : at::_ops::addmm {
 struct AddmmOut : at::_ops::addmm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                             const at::Scalar& beta, const at::Scalar& alpha, Tensor& out) {
+    check_fp8_compute("addmm", {&a, &b});
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&self, &a, &b})) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
         p->run(out.mutable_data_ptr<float>(), p->along(out), bias->first, bias->second, alpha.to<float>(),
@@ -250,6 +257,29 @@ struct AddmmOut : at::_ops::addmm_out {
   }
 };
 
+// Batched products: ATen's kernels, behind the FP8 platform gate.
+struct Bmm : at::_ops::bmm {
+  static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
+    check_fp8_compute("bmm", {&a, &b});
+    return at::_ops::bmm::redispatch(ks, a, b);
+  }
+};
+
+struct BmmOut : at::_ops::bmm_out {
+  static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
+    check_fp8_compute("bmm", {&a, &b});
+    return at::_ops::bmm_out::redispatch(ks, a, b, out);
+  }
+};
+
+struct Baddbmm : at::_ops::baddbmm {
+  static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
+                           const at::Scalar& beta, const at::Scalar& alpha) {
+    check_fp8_compute("baddbmm", {&a, &b});
+    return at::_ops::baddbmm::redispatch(ks, self, a, b, beta, alpha);
+  }
+};
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -257,6 +287,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm.out", TORCH_FN((NeuronKernel<MmOut, false>::run)));
   m.impl("addmm", TORCH_FN((NeuronKernel<Addmm, false>::run)));
   m.impl("addmm.out", TORCH_FN((NeuronKernel<AddmmOut, false>::run)));
+  m.impl("bmm", TORCH_FN((NeuronKernel<Bmm, false>::run)));
+  m.impl("bmm.out", TORCH_FN((NeuronKernel<BmmOut, false>::run)));
+  m.impl("baddbmm", TORCH_FN((NeuronKernel<Baddbmm, false>::run)));
 }
 
 }  // namespace torch_neuronx

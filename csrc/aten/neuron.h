@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <optional>
 #include <cstdint>
 #include <string>
@@ -135,6 +136,12 @@ at::Generator new_generator(c10::DeviceIndex device);
 // The CPU generator whose stream a neuron generator draws from. Kernels run on
 // CPU code, so they consume exactly this state, whichever path an op takes.
 at::Generator cpu_generator_of(const at::Generator& neuron_gen);
+
+// ---- FP8 (scaled_mm.cpp) -----------------------------------------------------
+bool is_fp8(c10::ScalarType t);
+// Raises, naming the platform and the fix, when an op would compute on FP8 operands and the
+// simulated chip (trn2) does not compute in FP8.
+void check_fp8_compute(const char* op, std::initializer_list<const at::Tensor*> tensors);
 
 // ---- op tracking and fallback policy ----------------------------------------
 struct OpCounter {

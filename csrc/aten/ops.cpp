@@ -375,11 +375,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(neuron_set_empty));
   m.impl("record_stream", TORCH_FN(neuron_record_stream));
 
-  // mm, mm.out, addmm, addmm.out: matmul.cpp
-  NEURON_KERNEL("bmm", bmm, false);
-  NEURON_KERNEL("bmm.out", bmm_out, false);
+  // mm, mm.out, addmm, addmm.out, bmm, bmm.out, baddbmm: matmul.cpp
   NEURON_KERNEL("addmm_", addmm_, false);
-  NEURON_KERNEL("baddbmm", baddbmm, false);
   NEURON_KERNEL("baddbmm_", baddbmm_, false);
   NEURON_KERNEL("addmv", addmv, false);
   NEURON_KERNEL("dot", dot, false);

@@ -1,0 +1,181 @@
+"""FP8 / MXFP8 scaled matmuls on neuron (csrc/aten/scaled_mm.cpp).
+
+The platform is read once per process, so the checks run in fresh interpreters with
+NEURON_PLATFORM=trn3 (FP8 compute) or trn2 (refusals). The oracle is the product in float64 of
+the exactly decoded FP8 operands and scales, rounded once to out_dtype."""
+
+import json
+
+import pytest
+
+_TRN3_CASES = r'''
+import itertools, json, torch, torch_neuronx
+torch.manual_seed(0)
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+ULP = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -23}  # relative, at most
+
+def q(shape, dtype, scale=1.0):
+    return (torch.randn(shape) * scale).to(dtype)
+
+def mx_scales(rows, k):
+    # powers of two in [2^-4, 2^4] as float8_e8m0fnu
+    return torch.pow(2.0, torch.randint(-4, 5, (rows, k // 32)).float()).to(torch.float8_e8m0fnu)
+
+def reference(a, b, sa, sb, mode, bias, out_dtype):
+    """The product in float64 rounded once, and the fp32-accumulation error bound around it."""
+    a64, b64 = a.double(), b.double()
+    if mode == "mx":
+        a64 = a64 * sa.double().repeat_interleave(32, 1)
+        b64 = b64 * sb.double().t().repeat_interleave(32, 0)
+    r, mag = a64 @ b64, a64.abs() @ b64.abs()
+    if mode != "mx":
+        r, mag = r * sa.double() * sb.double(), mag * (sa.double() * sb.double()).abs()
+    if bias is not None:
+        r = r + bias.double()
+    return r.to(out_dtype), mag * a.shape[1] * 2.0 ** -23
+
+results = {}
+for (da, db), mode, out_dtype, with_bias, col_major, shape in itertools.product(
+        [(E4, E4), (E4, E5)], ["tensor", "row", "mx"], [torch.bfloat16, torch.float16, torch.float32],
+        [False, True], [True, False], [(17, 64, 24), (33, 96, 40)]):
+    M, K, N = shape
+    a = q((M, K), da)
+    b = q((N, K), db).t() if col_major else q((K, N), db)
+    if mode == "tensor":
+        sa, sb = torch.tensor(0.75), torch.tensor(1.5)
+    elif mode == "row":
+        sa, sb = torch.rand(M, 1) + 0.5, torch.rand(1, N) + 0.5
+    else:
+        sa, sb = mx_scales(M, K), mx_scales(N, K)
+    bias = torch.randn(N).to(out_dtype) if with_bias else None
+    dev = lambda t: None if t is None else t.to("neuron")
+    got = torch._scaled_mm(dev(a), dev(b), dev(sa), dev(sb), bias=dev(bias), out_dtype=out_dtype)
+    want, acc_err = reference(a, b, sa, sb, mode, bias, out_dtype)
+    diff = (got.cpu().double() - want.double()).abs()
+    # One rounding to out_dtype (an ulp of it) plus what fp32 accumulation may add.
+    within = bool((diff <= want.double().abs() * ULP[out_dtype] + acc_err).all())
+    key = f"{da}x{db}-{mode}-{out_dtype}-bias{with_bias}-col{col_major}-{shape}"
+    results[key] = dict(device=str(got.device), dtype=str(got.dtype), shape=list(got.shape),
+                        within=within, exact=float((diff == 0).float().mean()))
+
+# MX scales in the blocked (swizzled) layout torchao and cuBLAS use give the same product.
+def to_blocked(s):
+    rows, cols = s.shape
+    rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
+    padded = torch.zeros(rp, cp, dtype=s.dtype)
+    padded[:rows, :cols] = s
+    blocks = padded.view(rp // 128, 128, cp // 4, 4).permute(0, 2, 1, 3)
+    return blocks.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16).flatten()
+
+a, b = q((40, 128), E4), q((48, 128), E4).t()
+sa, sb = mx_scales(40, 128), mx_scales(48, 128)
+plain = torch._scaled_mm(a.to("neuron"), b.to("neuron"), sa.to("neuron"), sb.to("neuron"), out_dtype=torch.bfloat16)
+blocked = torch._scaled_mm(a.to("neuron"), b.to("neuron"), to_blocked(sa).to("neuron"), to_blocked(sb).to("neuron"),
+                           out_dtype=torch.bfloat16)
+results["swizzled_equal"] = bool(torch.equal(plain.cpu(), blocked.cpu()))
+
+# Grouped (MoE): 2-D x 3-D with offsets, against a loop of _scaled_mm.
+G, K, N = 3, 64, 32
+offs = torch.tensor([5, 5, 19], dtype=torch.int32)
+a, b = q((19, K), E4), torch.stack([q((N, K), E4).t() for _ in range(G)])
+sa, sb = torch.rand(19) + 0.5, torch.rand(G, N) + 0.5
+got = torch._scaled_grouped_mm(a.to("neuron"), b.to("neuron"), sa.to("neuron"), sb.to("neuron"),
+                               offs=offs.to("neuron"), out_dtype=torch.bfloat16).cpu()
+want, start = [], 0
+for g, end in enumerate(offs.tolist()):
+    if end > start:
+        want.append(torch._scaled_mm(a[start:end].to("neuron"), b[g].to("neuron"), sa[start:end, None].to("neuron"),
+                                     sb[g][None].to("neuron"), out_dtype=torch.bfloat16).cpu())
+    start = end
+results["grouped_equal"] = bool(torch.equal(got, torch.cat(want)))
+
+# Clear errors for bad input.
+errors = {}
+def expect(name, fn):
+    try:
+        fn()
+        errors[name] = None
+    except Exception as e:
+        errors[name] = f"{type(e).__name__}: {e}".split("\n")[0]
+a, b = q((16, 64), E4).to("neuron"), q((32, 64), E4).t().to("neuron")
+one = torch.tensor(1.0, device="neuron")
+expect("scale_shape", lambda: torch._scaled_mm(a, b, torch.ones(3, 1, device="neuron"), one, out_dtype=torch.bfloat16))
+expect("scale_dtype", lambda: torch._scaled_mm(a, b, one.half(), one, out_dtype=torch.bfloat16))
+expect("not_fp8", lambda: torch._scaled_mm(a.bfloat16(), b.bfloat16(), one, one, out_dtype=torch.bfloat16))
+a48, b48 = q((16, 48), E4).to("neuron"), q((32, 48), E4).t().to("neuron")
+expect("mx_block", lambda: torch._scaled_mm(a48, b48, torch.ones(16, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                            torch.ones(32, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                            out_dtype=torch.bfloat16))
+print(json.dumps(dict(results=results, errors=errors)))
+'''
+
+_TRN2_CASES = r'''
+import json, torch, torch_neuronx
+x = torch.randn(16, 32)
+out = {}
+def expect(name, fn):
+    try:
+        fn()
+        out[name] = None
+    except Exception as e:
+        out[name] = f"{type(e).__name__}: {e}".split("\n")[0]
+a = x.to(torch.float8_e4m3fn).to("neuron")
+one = torch.tensor(1.0, device="neuron")
+expect("scaled_mm", lambda: torch._scaled_mm(a, a.t(), one, one, out_dtype=torch.bfloat16))
+expect("grouped", lambda: torch._scaled_grouped_mm(a, a.t().unsqueeze(0).contiguous(), one.expand(16).contiguous(),
+                                                   torch.ones(1, 16, device="neuron"),
+                                                   offs=torch.tensor([16], dtype=torch.int32, device="neuron"),
+                                                   out_dtype=torch.bfloat16))
+expect("mm", lambda: torch.mm(a, a.t()))
+expect("matmul_3d", lambda: a.unsqueeze(0) @ a.t().unsqueeze(0))
+# Storage and casts stay allowed.
+back = a.to(torch.float32).cpu()
+out["cast_equal"] = bool(torch.equal(back, x.to(torch.float8_e4m3fn).to(torch.float32)))
+out["e5m2_roundtrip"] = bool(torch.equal(x.to("neuron").to(torch.float8_e5m2).cpu(), x.to(torch.float8_e5m2)))
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def trn3(run_python_module):
+    return json.loads(run_python_module(_TRN3_CASES, env={"NEURON_PLATFORM": "trn3"}).strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def run_python_module():
+    from _subprocess import run_python
+
+    return run_python
+
+
+def test_scaled_mm_every_mode_matches_the_float64_reference(trn3):
+    results = {k: v for k, v in trn3["results"].items() if isinstance(v, dict)}
+    assert len(results) == 2 * 3 * 3 * 2 * 2 * 2
+    for key, r in results.items():
+        assert r["device"] == "neuron:0", key
+        assert r["dtype"] in ("torch.bfloat16", "torch.float16", "torch.float32"), key
+        # fp32 accumulation, one rounding: within an ulp of out_dtype plus the accumulation
+        # bound, and for narrow outputs nearly always identical to the rounded reference.
+        assert r["within"], (key, r)
+        if "float32" not in key.split("-")[2]:
+            assert r["exact"] >= 0.95, (key, r)
+
+
+def test_mx_scales_in_the_blocked_layout_and_grouped_mm(trn3):
+    assert trn3["results"]["swizzled_equal"]
+    assert trn3["results"]["grouped_equal"]
+
+
+def test_bad_input_is_a_clear_error(trn3):
+    e = trn3["errors"]
+    assert "scale_a of shape [3, 1] is neither tensor-wise" in e["scale_shape"]
+    assert "must be float32" in e["scale_dtype"] and "float8_e8m0fnu" in e["scale_dtype"]
+    assert "operands must be FP8" in e["not_fp8"]
+    assert "not a multiple of 32" in e["mx_block"]
+
+
+def test_trn2_refuses_fp8_compute_and_keeps_casts(run_python_module):
+    out = json.loads(run_python_module(_TRN2_CASES, env={"NEURON_PLATFORM": "trn2"}).strip().splitlines()[-1])
+    for op in ("scaled_mm", "grouped", "mm", "matmul_3d"):
+        assert out[op] is not None and "trn2" in out[op] and "NEURON_PLATFORM=trn3" in out[op], (op, out[op])
+    assert out["cast_equal"] and out["e5m2_roundtrip"]
