@@ -9,6 +9,7 @@ eager test suites), and CPU where noted.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import textwrap
 import warnings
@@ -89,13 +90,19 @@ def test_generated_code_uses_the_device_allocator_and_current_device():
     cf = torch.compile(f, backend="neuron")
     a, b = torch.randn(256, 64, device=NEURON), torch.randn(256, 64, device=NEURON)
     torch.neuron.synchronize()
-    base = torch.neuron.memory_allocated()
-    out_e = f(a, b)
-    eager_delta = torch.neuron.memory_allocated() - base
-    del out_e
-    assert torch.neuron.memory_allocated() == base
-    out_c = cf(a, b)
-    assert torch.neuron.memory_allocated() - base == eager_delta > 0
+    # Earlier tests' garbage must not be collected (and its device memory freed) mid-measurement.
+    gc.collect()
+    gc.disable()
+    try:
+        base = torch.neuron.memory_allocated()
+        out_e = f(a, b)
+        eager_delta = torch.neuron.memory_allocated() - base
+        del out_e
+        assert torch.neuron.memory_allocated() == base
+        out_c = cf(a, b)
+        assert torch.neuron.memory_allocated() - base == eager_delta > 0
+    finally:
+        gc.enable()
     torch.testing.assert_close(out_c, f(a, b))
     del out_c
     assert torch.neuron.memory_allocated() == base
