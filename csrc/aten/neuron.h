@@ -143,6 +143,13 @@ bool is_fp8(c10::ScalarType t);
 // simulated chip (trn2) does not compute in FP8.
 void check_fp8_compute(const char* op, std::initializer_list<const at::Tensor*> tensors);
 
+// ---- stochastic rounding (rounding.cpp) ----------------------------------------
+// NEURON_RT_STOCHASTIC_ROUNDING_EN=1: fp32 -> bf16 / fp8 conversions round stochastically.
+bool stochastic_rounding_enabled();
+// Converts src into dst (CPU views of device memory) stochastically when the dtypes call for
+// it, drawing from `device`'s generator; false (nothing done) otherwise.
+bool stochastic_round_copy(at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex device);
+
 // ---- op tracking and fallback policy ----------------------------------------
 struct OpCounter {
   std::string name;

@@ -221,6 +221,10 @@ at::Tensor& neuron_copy_(at::Tensor& self, const at::Tensor& src, bool non_block
     return t;
   };
   at::Tensor dst = host_view(self);
+  if (C10_UNLIKELY(stochastic_rounding_enabled()) && self.device().type() == kNeuron &&
+      stochastic_round_copy(dst, host_view(src), self.device().index())) {
+    return self;
+  }
   dst.copy_(host_view(src), non_blocking);  // synchronous: data is in place when this returns
   return self;
 }
