@@ -74,6 +74,33 @@ blocked = torch._scaled_mm(a.to("neuron"), b.to("neuron"), to_blocked(sa).to("ne
                            out_dtype=torch.bfloat16)
 results["swizzled_equal"] = bool(torch.equal(plain.cpu(), blocked.cpu()))
 
+# torch.nn.functional.scaled_mm (the v2 entry point, recipes named) gives _scaled_mm's results.
+import torch.nn.functional as F
+ST, SW = F.ScalingType, F.SwizzleType
+a, b = q((40, 128), E4).to("neuron"), q((48, 128), E4).t().to("neuron")
+cases = {
+    "TensorWise": ((torch.tensor(0.5), ST.TensorWise, None), (torch.tensor(2.0), ST.TensorWise, None),
+                   (torch.tensor(0.5), torch.tensor(2.0))),
+    "RowWise": ((torch.rand(40) + 0.5, ST.RowWise, None), (torch.rand(48) + 0.5, ST.RowWise, None), None),
+    "BlockWise1x32": ((mx_scales(40, 128), ST.BlockWise1x32, SW.NO_SWIZZLE),
+                      (mx_scales(48, 128), ST.BlockWise1x32, SW.NO_SWIZZLE), None),
+}
+v2 = {}
+for name, ((sa, ra, wa), (sb, rb, wb), _) in cases.items():
+    got = F.scaled_mm(a, b, sa.to("neuron"), ra, sb.to("neuron"), rb, swizzle_a=wa, swizzle_b=wb,
+                      output_dtype=torch.bfloat16)
+    v1a = sa.reshape(40, 1) if name == "RowWise" else sa
+    v1b = sb.reshape(1, 48) if name == "RowWise" else sb
+    want = torch._scaled_mm(a, b, v1a.to("neuron"), v1b.to("neuron"), out_dtype=torch.bfloat16)
+    v2[name] = bool(torch.equal(got.cpu(), want.cpu()))
+sa, sb = cases["BlockWise1x32"][0][0], cases["BlockWise1x32"][1][0]
+got = F.scaled_mm(a, b, to_blocked(sa).to("neuron"), ST.BlockWise1x32, to_blocked(sb).to("neuron"),
+                  ST.BlockWise1x32, swizzle_a=SW.SWIZZLE_32_4_4, swizzle_b=SW.SWIZZLE_32_4_4,
+                  output_dtype=torch.bfloat16)
+want = torch._scaled_mm(a, b, sa.to("neuron"), sb.to("neuron"), out_dtype=torch.bfloat16)
+v2["BlockWise1x32 swizzled"] = bool(torch.equal(got.cpu(), want.cpu()))
+results["v2"] = v2
+
 # Grouped (MoE): 2-D x 3-D with offsets, against a loop of _scaled_mm.
 G, K, N = 3, 64, 32
 offs = torch.tensor([5, 5, 19], dtype=torch.int32)
@@ -149,7 +176,7 @@ def run_python_module():
 
 
 def test_scaled_mm_every_mode_matches_the_float64_reference(trn3):
-    results = {k: v for k, v in trn3["results"].items() if isinstance(v, dict)}
+    results = {k: v for k, v in trn3["results"].items() if isinstance(v, dict) and "device" in v}
     assert len(results) == 2 * 3 * 3 * 2 * 2 * 2
     for key, r in results.items():
         assert r["device"] == "neuron:0", key
@@ -159,6 +186,11 @@ def test_scaled_mm_every_mode_matches_the_float64_reference(trn3):
         assert r["within"], (key, r)
         if "float32" not in key.split("-")[2]:
             assert r["exact"] >= 0.95, (key, r)
+
+
+def test_functional_scaled_mm_recipes_match_scaled_mm(trn3):
+    assert trn3["results"]["v2"] == {"TensorWise": True, "RowWise": True, "BlockWise1x32": True,
+                                     "BlockWise1x32 swizzled": True}
 
 
 def test_mx_scales_in_the_blocked_layout_and_grouped_mm(trn3):

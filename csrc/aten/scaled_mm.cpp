@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/_scaled_grouped_mm_ops.h>
 #include <ATen/ops/_scaled_mm_ops.h>
+#include <ATen/ops/_scaled_mm_v2_ops.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -163,10 +164,7 @@ void epilogue_into(T* out, const float* acc, int64_t M, int64_t N, const double*
   });
 }
 
-// One scaled matmul on CPU views of device memory. a [M, K], b [K, N].
-Tensor scaled_mm_cpu(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                     const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
-                     std::optional<c10::ScalarType> out_dtype) {
+void check_operands(const Tensor& a, const Tensor& b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "_scaled_mm: expected 2-D operands, got ", a.sizes(), " and ", b.sizes());
   TORCH_CHECK(is_fp8(a.scalar_type()) && is_fp8(b.scalar_type()), "_scaled_mm: operands must be FP8 "
               "(float8_e4m3fn / float8_e5m2), got ", a.scalar_type(), " and ", b.scalar_type(),
@@ -176,10 +174,15 @@ Tensor scaled_mm_cpu(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
               "_scaled_mm: the fnuz FP8 variants are AMD's; Trainium uses float8_e4m3fn and float8_e5m2");
   TORCH_CHECK(!(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2),
               "_scaled_mm: two float8_e5m2 operands are not supported (e5m2 pairs with e4m3fn)");
+  TORCH_CHECK(b.size(0) == a.size(1), "_scaled_mm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied");
+}
+
+// One scaled matmul on CPU views of device memory: a [M, K], b [K, N], scales already
+// normalized (tensor-wise: one element; row-wise: [M, 1] / [1, N]; MX: [M, K/32] / [N, K/32]).
+Tensor scaled_mm_impl(const Tensor& a, const Tensor& b, Scaling ka, const Tensor& sa, Scaling kb, const Tensor& sb,
+                      const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
+                      std::optional<c10::ScalarType> out_dtype) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  TORCH_CHECK(b.size(0) == K, "_scaled_mm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied");
-  auto [ka, sa] = classify(scale_a, M, K, true);
-  auto [kb, sb] = classify(scale_b, N, K, false);
   TORCH_CHECK((ka == Scaling::kBlock32) == (kb == Scaling::kBlock32), "_scaled_mm: scale_a is ", scaling_name(ka),
               " and scale_b is ", scaling_name(kb), "; MX block scaling applies to both operands or neither");
   const c10::ScalarType dt = out_dtype.value_or(a.scalar_type());
@@ -235,6 +238,82 @@ Tensor scaled_mm_cpu(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
   }
   return out;
 }
+
+// torch._scaled_mm: the scaling mode follows from the scales' shapes and dtypes.
+Tensor scaled_mm_cpu(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                     const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
+                     std::optional<c10::ScalarType> out_dtype) {
+  check_operands(a, b);
+  auto [ka, sa] = classify(scale_a, a.size(0), a.size(1), true);
+  auto [kb, sb] = classify(scale_b, b.size(1), a.size(1), false);
+  return scaled_mm_impl(a, b, ka, sa, kb, sb, bias, scale_result, out_dtype);
+}
+
+// torch.nn.functional.scaled_mm (_scaled_mm_v2): the recipe and swizzle are given per operand.
+// ScalingType: 0 TensorWise, 1 RowWise, 3 BlockWise1x32 (MXFP8) here; SwizzleType: 0 none,
+// 1 the blocked 32x4x4 layout.
+std::pair<Scaling, Tensor> from_recipe(at::TensorList scales, at::IntArrayRef recipe, at::IntArrayRef swizzle,
+                                       int64_t rows, int64_t K, bool is_a) {
+  const char* which = is_a ? "scale_a" : "scale_b";
+  TORCH_CHECK(scales.size() == 1 && recipe.size() == 1, "scaled_mm: one scale tensor and one recipe per operand "
+              "(got ", scales.size(), " and ", recipe.size(), " for ", which, ")");
+  const Tensor& s = scales[0];
+  static const char* names[] = {"TensorWise", "RowWise", "BlockWise1x16", "BlockWise1x32", "BlockWise1x128",
+                                "BlockWise128x128"};
+  const int64_t r = recipe[0];
+  switch (r) {
+    case 0:
+      TORCH_CHECK(s.numel() == 1 && s.scalar_type() == at::kFloat, "scaled_mm: a TensorWise ", which,
+                  " is one float32 element, got ", s.scalar_type(), " of shape ", s.sizes());
+      return {Scaling::kTensor, s};
+    case 1:
+      TORCH_CHECK(s.numel() == rows && s.scalar_type() == at::kFloat, "scaled_mm: a RowWise ", which, " holds ",
+                  rows, " float32 scales, got ", s.scalar_type(), " of shape ", s.sizes());
+      return {Scaling::kRow, is_a ? s.reshape({rows, 1}) : s.reshape({1, rows})};
+    case 3: {
+      TORCH_CHECK(s.scalar_type() == at::kFloat8_e8m0fnu, "scaled_mm: a BlockWise1x32 (MXFP8) ", which,
+                  " is float8_e8m0fnu, got ", s.scalar_type());
+      TORCH_CHECK(K % 32 == 0, "scaled_mm: MX scaling takes blocks of 32 along K, but K = ", K,
+                  " is not a multiple of 32; pad K to a multiple of 32");
+      const int64_t blocks = K / 32;
+      if (!swizzle.empty() && swizzle[0] == 1) {
+        TORCH_CHECK(s.numel() == round_up(rows, 128) * round_up(blocks, 4), "scaled_mm: a swizzled MX ", which,
+                    " has ", round_up(rows, 128) * round_up(blocks, 4), " elements, got shape ", s.sizes());
+        return {Scaling::kBlock32, unswizzle(s, rows, blocks)};
+      }
+      TORCH_CHECK(s.numel() == rows * blocks, "scaled_mm: an MX ", which, " holds one scale per 32 elements of K: [",
+                  rows, ", ", blocks, "], got shape ", s.sizes());
+      return {Scaling::kBlock32, s.reshape({rows, blocks})};
+    }
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "scaled_mm on neuron: the ", r >= 0 && r <= 5 ? names[r] : "unknown",
+                                  " recipe is not supported; TensorWise, RowWise and BlockWise1x32 (MXFP8) are");
+  }
+}
+
+Tensor scaled_mm_v2_cpu(const Tensor& a, const Tensor& b, at::TensorList scale_a, at::IntArrayRef recipe_a,
+                        at::IntArrayRef swizzle_a, at::TensorList scale_b, at::IntArrayRef recipe_b,
+                        at::IntArrayRef swizzle_b, const std::optional<Tensor>& bias,
+                        std::optional<c10::ScalarType> out_dtype, at::IntArrayRef contraction_dim) {
+  TORCH_CHECK(contraction_dim.empty() || (contraction_dim.size() == 2 && contraction_dim[0] == 1 &&
+                                          contraction_dim[1] == 0),
+              "scaled_mm: neuron contracts a's last and b's first dimension (contraction_dim [1, 0]), got ",
+              contraction_dim);
+  check_operands(a, b);
+  auto [ka, sa] = from_recipe(scale_a, recipe_a, swizzle_a, a.size(0), a.size(1), true);
+  auto [kb, sb] = from_recipe(scale_b, recipe_b, swizzle_b, b.size(1), a.size(1), false);
+  return scaled_mm_impl(a, b, ka, sa, kb, sb, bias, std::nullopt, out_dtype);
+}
+
+struct ScaledMmV2 : at::_ops::_scaled_mm_v2 {
+  static Tensor redispatch(c10::DispatchKeySet, const Tensor& a, const Tensor& b, at::TensorList scale_a,
+                           at::IntArrayRef recipe_a, at::IntArrayRef swizzle_a, at::TensorList scale_b,
+                           at::IntArrayRef recipe_b, at::IntArrayRef swizzle_b, const std::optional<Tensor>& bias,
+                           std::optional<c10::ScalarType> out_dtype, at::IntArrayRef contraction_dim, bool) {
+    return scaled_mm_v2_cpu(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias, out_dtype,
+                            contraction_dim);
+  }
+};
 
 struct ScaledMm : at::_ops::_scaled_mm {
   static Tensor redispatch(c10::DispatchKeySet, const Tensor& a, const Tensor& b, const Tensor& scale_a,
@@ -320,6 +399,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                               std::optional<c10::ScalarType> dt, bool fast, Tensor& out) -> Tensor& {
     check_fp8_compute("_scaled_mm", {&a, &b});
     return NeuronKernel<ScaledMmOut, false>::run(a, b, sa, sb, bias, sr, dt, fast, out);
+  });
+  m.impl("_scaled_mm_v2", [](const Tensor& a, const Tensor& b, at::TensorList sa, at::IntArrayRef ra,
+                             at::IntArrayRef wa, at::TensorList sb, at::IntArrayRef rb, at::IntArrayRef wb,
+                             const std::optional<Tensor>& bias, std::optional<c10::ScalarType> dt,
+                             at::IntArrayRef cdim, bool fast) {
+    check_fp8_compute("scaled_mm", {&a, &b});
+    return NeuronKernel<ScaledMmV2, false>::run(a, b, sa, ra, wa, sb, rb, wb, bias, dt, cdim, fast);
   });
   m.impl("_scaled_grouped_mm", [](const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb,
                                   const std::optional<Tensor>& offs, const std::optional<Tensor>& bias,
