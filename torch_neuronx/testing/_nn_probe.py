@@ -31,6 +31,9 @@ REFUSED = {
         "in eval under no_grad with a padding mask and enable_nested_tensor (the default), it packs the input into a "
         "nested tensor (_nested_tensor_from_mask), and the device has dense tensors only"),
 }
+if not torch.neuron.is_fp8_supported():
+    REFUSED["F.scaled_mm"] = ("FP8 compute needs Trainium 3: on trn2 _scaled_mm_v2 raises naming the platform and "
+                              "the fix (NEURON_PLATFORM=trn3); on trn3 it runs (docs/fp8.md)")
 
 
 def case(name: str):
