@@ -512,19 +512,31 @@ struct Program::State {
   // bf16 operand [K, X] -> (k even, k odd) pairs per column: out[(k / 2) * X + x].
   std::vector<uint32_t> packed_s_, packed_v_;
   void pack_pairs(const Access& a, int64_t K, int64_t X, std::vector<uint32_t>& out) {
-    std::vector<uint16_t>& bits = bits16_;
-    bits.resize(K * X);
+    const uint16_t* rows;
+    int64_t ld;
     uint8_t* b = base(a.tensor);
-    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(&bits[at + i], b + (off + i * stride) * 2, 2);
-    });
+    if (dense_row(a, &ld) == X) {  // partition rows of contiguous elements: read in place
+      rows = reinterpret_cast<const uint16_t*>(b) + a.offset;
+    } else {
+      std::vector<uint16_t>& bits = bits16_;
+      bits.resize(K * X);
+      for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
+        for (int64_t i = 0; i < n; ++i) std::memcpy(&bits[at + i], b + (off + i * stride) * 2, 2);
+      });
+      rows = bits.data();
+      ld = X;
+    }
     const int64_t K2 = (K + 1) / 2;
     out.resize(K2 * X);
     for (int64_t k = 0; k < K2; ++k) {
-      const uint16_t* even = bits.data() + 2 * k * X;
-      const uint16_t* odd = 2 * k + 1 < K ? even + X : nullptr;
+      const uint16_t* even = rows + 2 * k * ld;
       uint32_t* o = out.data() + k * X;
-      for (int64_t x = 0; x < X; ++x) o[x] = even[x] | (odd ? static_cast<uint32_t>(odd[x]) << 16 : 0u);
+      if (2 * k + 1 < K) {
+        const uint16_t* odd = even + ld;
+        for (int64_t x = 0; x < X; ++x) o[x] = even[x] | (static_cast<uint32_t>(odd[x]) << 16);
+      } else {
+        for (int64_t x = 0; x < X; ++x) o[x] = even[x];
+      }
     }
   }
   std::vector<uint16_t> bits16_;
