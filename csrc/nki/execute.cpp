@@ -553,11 +553,14 @@ struct Program::State {
         float* row = d + m * ldd;
         uint8_t* w = flags + f0 + m * ldd;
         const float* r = R.data() + m * N;
-        for (int64_t n = 0; n < N; ++n) {
-          const bool add = acc == 1 || (acc == -1 && w[n]);
-          row[n] = add ? row[n] + r[n] : r[n];
-          w[n] = 1;
+        if (acc == 1) {
+          for (int64_t n = 0; n < N; ++n) row[n] += r[n];
+        } else if (acc == 0) {
+          std::memcpy(row, r, N * sizeof(float));
+        } else {
+          for (int64_t n = 0; n < N; ++n) row[n] = w[n] ? row[n] + r[n] : r[n];
         }
+        std::memset(w, 1, N);
       }
       return;
     }
@@ -1209,13 +1212,17 @@ void Program::run(const std::vector<void*>& external) {
   for (size_t i = 0; i < k_.instrs.size(); ++i) {
     for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
       const TensorDecl& d = k_.tensors[t];
+      // The sentinel pattern is encoded once per dtype, then copied.
       const int64_t n = d.elements();
-      static thread_local std::vector<float> nan_block(4096, kNaN), four_block(4096, 4.0f);
-      const float* fill = is_float(d.dtype) ? nan_block.data() : four_block.data();
       const size_t es = dtype_size(d.dtype);
-      for (int64_t i = 0; i < n; i += 4096) {
-        encode_run(d.dtype, fill, std::min<int64_t>(4096, n - i), arena_.data() + offset_[t] + i * es, 1);
+      std::vector<uint8_t>& pattern = fill_patterns_[static_cast<int>(d.dtype)];
+      if (pattern.empty()) {
+        std::vector<float> v(4096, is_float(d.dtype) ? kNaN : 4.0f);
+        pattern.resize(4096 * es);
+        encode_run(d.dtype, v.data(), 4096, pattern.data(), 1);
       }
+      uint8_t* dst = arena_.data() + offset_[t];
+      for (int64_t i = 0; i < n; i += 4096) std::memcpy(dst + i * es, pattern.data(), std::min<int64_t>(4096, n - i) * es);
       if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
     }
     s.exec(k_.instrs[i]);

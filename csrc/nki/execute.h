@@ -43,6 +43,7 @@ class Program {
   std::vector<std::vector<int>> alloc_at_;  // tensors that come alive at each instruction
   std::vector<uint8_t> arena_;
   std::vector<uint8_t> psum_written_;       // per arena byte: a matmul wrote this PSUM element
+  std::vector<uint8_t> fill_patterns_[16];  // per dtype: 4096 encoded sentinels
   std::mutex mu_;
 };
 
