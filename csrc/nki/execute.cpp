@@ -397,23 +397,22 @@ struct Program::State {
 
   // Same-dtype copy: bits move unchanged (integers above 2**24, NaN payloads).
   void copy_raw(const Access& dst, const Access& src) {
-    const size_t es = dtype_size(dt(src));
-    std::vector<uint8_t> tmp(src.elements() * es);
-    uint8_t* sb = base(src.tensor);
+    switch (dtype_size(dt(src))) {  // element-typed loops for the strided runs (transposing DMAs)
+      case 4: return copy_raw_as<uint32_t>(dst, src);
+      case 2: return copy_raw_as<uint16_t>(dst, src);
+      default: return copy_raw_as<uint8_t>(dst, src);
+    }
+  }
+  template <class E>
+  void copy_raw_as(const Access& dst, const Access& src) {
+    std::vector<E> tmp(src.elements());
+    const E* sb = reinterpret_cast<const E*>(base(src.tensor));
     for_runs(src, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
-      if (stride == 1) {
-        std::memcpy(tmp.data() + at * es, sb + off * es, n * es);
-      } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(tmp.data() + (at + i) * es, sb + (off + i * stride) * es, es);
-      }
+      for (int64_t i = 0; i < n; ++i) tmp[at + i] = sb[off + i * stride];
     });
-    uint8_t* db = base(dst.tensor);
+    E* db = reinterpret_cast<E*>(base(dst.tensor));
     for_runs(dst, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
-      if (stride == 1) {
-        std::memcpy(db + off * es, tmp.data() + at * es, n * es);
-      } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(db + (off + i * stride) * es, tmp.data() + (at + i) * es, es);
-      }
+      for (int64_t i = 0; i < n; ++i) db[off + i * stride] = tmp[at + i];
     });
   }
   // Elements per partition row when an access's free elements are contiguous, else -1.
