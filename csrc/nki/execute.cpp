@@ -552,9 +552,12 @@ struct Program::State {
         float* row = d + m * ldd;
         uint8_t* w = flags + f0 + m * ldd;
         const float* r = R.data() + m * N;
-        if (acc == 1) {
+        // A row is usually all written (accumulating) or all fresh (the first matmul).
+        const bool all_written = acc == 1 || (acc == -1 && std::memchr(w, 0, N) == nullptr);
+        const bool none_written = acc == 0 || (acc == -1 && !all_written && std::memchr(w, 1, N) == nullptr);
+        if (all_written) {
           for (int64_t n = 0; n < N; ++n) row[n] += r[n];
-        } else if (acc == 0) {
+        } else if (none_written) {
           std::memcpy(row, r, N * sizeof(float));
         } else {
           for (int64_t n = 0; n < N; ++n) row[n] = w[n] ? row[n] + r[n] : r[n];

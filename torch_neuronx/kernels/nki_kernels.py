@@ -21,26 +21,28 @@ def _mm_dtype(dtype):
 @nki.jit
 def matmul_kernel(a, b):
     """``a @ b`` for a [M, K], b [K, N]: 128 x 128 stationary tiles of a.T, 512-wide moving
-    tiles of b, K accumulated in PSUM."""
+    tiles of b, K accumulated in PSUM. Each 512-column block of b is loaded once and serves
+    every row block; a.T tiles are reloaded per column block (the smaller of the two)."""
     M, K = a.shape
     _, N = b.shape
     out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
     n_k = (K + P - 1) // P
-    for m0 in range(0, M, P):
-        m = min(P, M - m0)
-        # a.T tiles of this row block, loaded once and reused for every column block.
-        a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
+    for n0 in range(0, N, TILE_N):
+        n = min(TILE_N, N - n0)
+        b_t = nl.ndarray((P, n_k, n), dtype=b.dtype, buffer=nl.sbuf)
         for kt in range(n_k):
             k = min(P, K - kt * P)
-            nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
-        for n0 in range(0, N, TILE_N):
-            n = min(TILE_N, N - n0)
+            nisa.dma_copy(dst=b_t[0:k, kt, 0:n], src=b[kt * P:kt * P + k, n0:n0 + n])
+        for m0 in range(0, M, P):
+            m = min(P, M - m0)
+            a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
+            for kt in range(n_k):
+                k = min(P, K - kt * P)
+                nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
             acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
             for kt in range(n_k):
                 k = min(P, K - kt * P)
-                b_t = nl.ndarray((k, n), dtype=b.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=b_t, src=b[kt * P:kt * P + k, n0:n0 + n])
-                nisa.nc_matmul(dst=acc, stationary=a_t[0:k, kt, 0:m], moving=b_t)
+                nisa.nc_matmul(dst=acc, stationary=a_t[0:k, kt, 0:m], moving=b_t[0:k, kt, 0:n])
             res = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=acc)
             nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
