@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "nki/numerics.h"
 
@@ -222,8 +223,10 @@ float pair_dot(uint32_t s, uint32_t v, float acc) {
   return std::fma(lo(s), lo(v), acc);
 }
 
+// R[m * ldr + n] = (add ? R[...] : 0) + sum_k, so results can land in PSUM directly.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void matmul_bf16_rows(const uint32_t* Sp, const uint32_t* Vp,
-                                                                             float* R, int64_t K2, int64_t M, int64_t N,
+                                                                             float* R, int64_t ldr, bool add,
+                                                                             int64_t K2, int64_t M, int64_t N,
                                                                              int64_t mb, int64_t me) {
   int64_t n0 = 0;
   for (; n0 + 32 <= N; n0 += 32) {
@@ -254,8 +257,13 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void matmul_bf16_rows(con
         }
       }
       for (int i = 0; i < rows; ++i) {
-        _mm512_storeu_ps(R + (m0 + i) * N + n0, acc[i][0]);
-        _mm512_storeu_ps(R + (m0 + i) * N + n0 + 16, acc[i][1]);
+        float* r = R + (m0 + i) * ldr + n0;
+        if (add) {
+          acc[i][0] = _mm512_add_ps(_mm512_loadu_ps(r), acc[i][0]);
+          acc[i][1] = _mm512_add_ps(_mm512_loadu_ps(r + 16), acc[i][1]);
+        }
+        _mm512_storeu_ps(r, acc[i][0]);
+        _mm512_storeu_ps(r + 16, acc[i][1]);
       }
     }
   }
@@ -263,7 +271,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void matmul_bf16_rows(con
     for (int64_t n = n0; n < N; ++n) {
       float a = 0.0f;
       for (int64_t k = 0; k < K2; ++k) a = pair_dot(Sp[k * M + m], Vp[k * N + n], a);
-      R[m * N + n] = a;
+      R[m * ldr + n] = add ? R[m * ldr + n] + a : a;
     }
   }
 }
@@ -486,17 +494,49 @@ struct Program::State {
     if (dt(st) == DType::kBFloat16 && dt(mv) == DType::kBFloat16 && has_avx512bf16()) {
       const int64_t K2 = (K + 1) / 2;
       pack_pairs(st, K, M, packed_s_);
-      pack_pairs(mv, K, N, packed_v_);
+      // The moving tile is often the same SBUF data for many matmuls (one column block of b
+      // against every row block): pack it once per version of its tensor.
+      const uint32_t* vp;
+      PackedOperand& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
+      if (pm.version == version_[mv.tensor] && pm.offset == mv.offset && same_dims(pm.dims, mv.dims)) {
+        vp = pm.data.data();
+      } else {
+        pack_pairs(mv, K, N, pm.data);
+        pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+        vp = pm.data.data();
+      }
+      // Straight into an fp32 PSUM tile when every element of it is in the same state (all
+      // fresh: overwrite; all written, or accumulate=True: add), else through R.
+      float* out = R.data();
+      int64_t ldo = N;
+      bool add = false, direct = false;
+      int64_t ldd;
+      if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {
+        const int64_t acc_mode = in.ints.empty() ? -1 : in.ints[0];
+        uint8_t* w = written_flags(dst.tensor) + (d - reinterpret_cast<float*>(base(dst.tensor)));
+        bool all = true, none = true;
+        for (int64_t m = 0; m < M && (all || none); ++m) {
+          all = all && std::memchr(w + m * ldd, 0, N) == nullptr;
+          none = none && std::memchr(w + m * ldd, 1, N) == nullptr;
+        }
+        if (acc_mode == 1 || (acc_mode == -1 && all)) direct = true, add = true;
+        else if (acc_mode == 0 || (acc_mode == -1 && none)) direct = true, add = false;
+        if (direct) {
+          out = d, ldo = ldd;
+          for (int64_t m = 0; m < M; ++m) std::memset(w + m * ldd, 1, N);
+        }
+      }
       const int64_t blocks = (M + 7) / 8;
       const ParallelFor& par = parallel_hook();
       if (par && K * M * N >= (1 << 20) && blocks > 1) {
         par(blocks, [&](int64_t b, int64_t e) {
-          matmul_bf16_rows(packed_s_.data(), packed_v_.data(), R.data(), K2, M, N, b * 8, std::min(M, e * 8));
+          matmul_bf16_rows(packed_s_.data(), vp, out, ldo, add, K2, M, N, b * 8, std::min(M, e * 8));
         });
       } else {
-        matmul_bf16_rows(packed_s_.data(), packed_v_.data(), R.data(), K2, M, N, 0, M);
+        matmul_bf16_rows(packed_s_.data(), vp, out, ldo, add, K2, M, N, 0, M);
       }
-      return accumulate_psum(in, dst, R, M, N);
+      if (!direct) accumulate_psum(in, dst, R, M, N);
+      return;
     }
 #endif
     int64_t lds = M, ldv = N;
@@ -509,7 +549,20 @@ struct Program::State {
   }
 
   // bf16 operand [K, X] -> (k even, k odd) pairs per column: out[(k / 2) * X + x].
-  std::vector<uint32_t> packed_s_, packed_v_;
+  std::vector<uint32_t> packed_s_;
+  struct PackedOperand {
+    int64_t version = -1, offset = 0;
+    std::vector<Dim> dims;
+    std::vector<uint32_t> data;
+  };
+  std::unordered_map<int64_t, PackedOperand> packed_moving_;  // by (tensor, offset)
+  std::unordered_map<int, int64_t> version_;
+  static bool same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].stride != y[i].stride || x[i].size != y[i].size) return false;
+    return true;
+  }
   void pack_pairs(const Access& a, int64_t K, int64_t X, std::vector<uint32_t>& out) {
     const uint16_t* rows;
     int64_t ld;
@@ -618,6 +671,11 @@ struct Program::State {
 
   void exec(const Instr& in) {
     const auto& a = in.args;
+    // Whatever an instruction may write gets a new version (matmul writes only PSUM), so a
+    // packed copy of an operand is reused only while its tensor is unchanged.
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].present() && (in.op != Op::kMatmul || i == 0)) ++version_[a[i].tensor];
+    }
     switch (in.op) {
       case Op::kDmaCopy:
       case Op::kTensorCopy:
