@@ -223,23 +223,26 @@ float pair_dot(uint32_t s, uint32_t v, float acc) {
   return std::fma(lo(s), lo(v), acc);
 }
 
-// R[m * ldr + n] = (add ? R[...] : 0) + sum_k, so results can land in PSUM directly.
+// R[m * ldr + n] = (add ? R[...] : 0) + sum_k, so results can land in PSUM directly. Register
+// blocks of kBf16Rows rows x 32 columns (24 accumulators) stay in registers while k runs.
+constexpr int kBf16Rows = 12;
+
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void matmul_bf16_rows(const uint32_t* Sp, const uint32_t* Vp,
                                                                              float* R, int64_t ldr, bool add,
                                                                              int64_t K2, int64_t M, int64_t N,
                                                                              int64_t mb, int64_t me) {
   int64_t n0 = 0;
   for (; n0 + 32 <= N; n0 += 32) {
-    for (int64_t m0 = mb; m0 < me; m0 += 8) {
-      const int rows = static_cast<int>(std::min<int64_t>(8, me - m0));
-      __m512 acc[8][2];
-      for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-      if (rows == 8) {
+    for (int64_t m0 = mb; m0 < me; m0 += kBf16Rows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kBf16Rows, me - m0));
+      __m512 acc[kBf16Rows][2];
+      for (int i = 0; i < kBf16Rows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+      if (rows == kBf16Rows) {
         for (int64_t k = 0; k < K2; ++k) {
           const __m512bh v0 = (__m512bh)_mm512_loadu_si512(Vp + k * N + n0);
           const __m512bh v1 = (__m512bh)_mm512_loadu_si512(Vp + k * N + n0 + 16);
           const uint32_t* srow = Sp + k * M + m0;
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < kBf16Rows; ++i) {
             const __m512bh sv = (__m512bh)_mm512_set1_epi32(static_cast<int>(srow[i]));
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], sv, v0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], sv, v1);
@@ -526,11 +529,12 @@ struct Program::State {
           for (int64_t m = 0; m < M; ++m) std::memset(w + m * ldd, 1, N);
         }
       }
-      const int64_t blocks = (M + 7) / 8;
+      const int64_t blocks = (M + kBf16Rows - 1) / kBf16Rows;
       const ParallelFor& par = parallel_hook();
       if (par && K * M * N >= (1 << 20) && blocks > 1) {
         par(blocks, [&](int64_t b, int64_t e) {
-          matmul_bf16_rows(packed_s_.data(), vp, out, ldo, add, K2, M, N, b * 8, std::min(M, e * 8));
+          matmul_bf16_rows(packed_s_.data(), vp, out, ldo, add, K2, M, N, b * kBf16Rows,
+                           std::min(M, e * kBf16Rows));
         });
       } else {
         matmul_bf16_rows(packed_s_.data(), vp, out, ldo, add, K2, M, N, 0, M);
