@@ -34,6 +34,15 @@ def test_tiled_matmul_matches_torch(dtype):
     torch.testing.assert_close(got.cpu().float(), want.float(), **tol)
 
 
+def test_tiled_matmul_when_b_does_not_stay_in_sbuf(monkeypatch):
+    # The column-block schedule (b too large to keep in SBUF), forced on a shape no other test traces.
+    monkeypatch.setattr(nki_kernels, "B_RESIDENT_BYTES", 0)
+    a = torch.randn(130, 260, generator=_g())
+    b = torch.randn(260, 600, generator=_g(1))
+    got = matmul(a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(got.cpu(), (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_and_rmsnorm_match_torch(dtype):
     x = torch.randn(3, 130, 77, generator=_g()).to(dtype)

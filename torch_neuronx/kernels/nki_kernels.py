@@ -18,34 +18,62 @@ def _mm_dtype(dtype):
     return nl.float32 if dtype in (nl.float32, nl.tfloat32) else dtype
 
 
+def _itemsize(dtype) -> int:
+    return 4 if dtype in (nl.float32, nl.tfloat32, nl.int32, nl.uint32) else 2 if dtype in (
+        nl.bfloat16, nl.float16, nl.int16, nl.uint16) else 1
+
+
+B_RESIDENT_BYTES = 96 * 1024  # per partition: b stays in SBUF when it fits in this much
+
+
 @nki.jit
 def matmul_kernel(a, b):
     """``a @ b`` for a [M, K], b [K, N]: 128 x 128 stationary tiles of a.T, 512-wide moving
-    tiles of b, K accumulated in PSUM. Each 512-column block of b is loaded once and serves
-    every row block; a.T tiles are reloaded per column block (the smaller of the two)."""
+    tiles of b, K accumulated in PSUM. When b fits in SBUF it is loaded once and every row
+    block of a is loaded once; otherwise each 512-column block of b is loaded once and the a.T
+    tiles are reloaded per column block."""
     M, K = a.shape
     _, N = b.shape
     out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
     n_k = (K + P - 1) // P
-    for n0 in range(0, N, TILE_N):
-        n = min(TILE_N, N - n0)
+    col_blocks = [(n0, min(TILE_N, N - n0)) for n0 in range(0, N, TILE_N)]
+
+    def load_b(n0, n):
         b_t = nl.ndarray((P, n_k, n), dtype=b.dtype, buffer=nl.sbuf)
         for kt in range(n_k):
             k = min(P, K - kt * P)
             nisa.dma_copy(dst=b_t[0:k, kt, 0:n], src=b[kt * P:kt * P + k, n0:n0 + n])
+        return b_t
+
+    def load_a(m0, m):
+        a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
+        for kt in range(n_k):
+            k = min(P, K - kt * P)
+            nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
+        return a_t
+
+    def block(a_t, b_t, m0, m, n0, n):
+        acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        for kt in range(n_k):
+            k = min(P, K - kt * P)
+            nisa.nc_matmul(dst=acc, stationary=a_t[0:k, kt, 0:m], moving=b_t[0:k, kt, 0:n])
+        res = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
+
+    if n_k * N * _itemsize(b.dtype) <= B_RESIDENT_BYTES:
+        b_tiles = [load_b(n0, n) for n0, n in col_blocks]
         for m0 in range(0, M, P):
             m = min(P, M - m0)
-            a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
-            for kt in range(n_k):
-                k = min(P, K - kt * P)
-                nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
-            acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
-            for kt in range(n_k):
-                k = min(P, K - kt * P)
-                nisa.nc_matmul(dst=acc, stationary=a_t[0:k, kt, 0:m], moving=b_t[0:k, kt, 0:n])
-            res = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=res, src=acc)
-            nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
+            a_t = load_a(m0, m)
+            for (n0, n), b_t in zip(col_blocks, b_tiles):
+                block(a_t, b_t, m0, m, n0, n)
+    else:
+        for n0, n in col_blocks:
+            b_t = load_b(n0, n)
+            for m0 in range(0, M, P):
+                m = min(P, M - m0)
+                block(load_a(m0, m), b_t, m0, m, n0, n)
     return out
 
 
