@@ -4,6 +4,7 @@ from ``nki.isa`` instructions. The math functions double as operator codes (``op
 
 from __future__ import annotations
 
+import builtins
 import math
 
 from . import _ops
@@ -414,15 +415,11 @@ def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
         row = copy(row, dtype=float32)
     out = ndarray((P, F), dt, sbuf)
     for f0 in range(0, F, 512):
-        n = builtins_min(512, F - f0)
+        n = builtins.min(512, F - f0)
         acc = ndarray((P, n), float32, psum)
         nisa.nc_matmul(dst=acc, stationary=ones_row, moving=row[:, f0:f0 + n])
         nisa.tensor_copy(dst=out[:, f0:f0 + n], src=acc)
     return out.reshape(shape)
-
-
-def builtins_min(a, b):
-    return a if a < b else b
 
 
 def _is_int(dtype) -> bool:
@@ -527,4 +524,4 @@ def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
     return x.expand_dim(axis)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "builtins_min")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "builtins")]

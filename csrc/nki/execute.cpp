@@ -475,13 +475,7 @@ struct Program::State {
   // An fp32 access whose free elements are contiguous in every partition: its memory, read in
   // place, with *ld elements between partitions.
   const float* dense_f32(const Access& a, int64_t* ld) {
-    if (dt(a) != DType::kFloat32 || a.dims.empty()) return nullptr;
-    int64_t expect = 1;
-    for (size_t i = a.dims.size() - 1; i >= 1; --i) {
-      if (a.dims[i].size != 1 && a.dims[i].stride != expect) return nullptr;
-      expect *= a.dims[i].size;
-    }
-    *ld = a.dims[0].size == 1 ? expect : a.dims[0].stride;
+    if (dt(a) != DType::kFloat32 || dense_row(a, ld) < 0) return nullptr;
     return reinterpret_cast<const float*>(base(a.tensor)) + a.offset;
   }
 
@@ -1228,14 +1222,7 @@ Program::Program(Kernel k) : k_(std::move(k)) {
 // First-fit placement by live range: tensors whose lifetimes do not overlap share bytes.
 void Program::plan() {
   const size_t nt = k_.tensors.size(), ni = k_.instrs.size();
-  std::vector<int> first(nt, -1), last(nt, -1);
-  for (size_t i = 0; i < ni; ++i) {
-    for (const Access& a : k_.instrs[i].args) {
-      if (!a.present()) continue;
-      if (first[a.tensor] < 0) first[a.tensor] = static_cast<int>(i);
-      last[a.tensor] = static_cast<int>(i);
-    }
-  }
+  const auto [first, last] = live_ranges(k_);
   offset_.assign(nt, -1);
   alloc_at_.assign(ni, {});
   std::vector<int> order;

@@ -76,6 +76,18 @@ int64_t Access::free_elements() const {
   return n;
 }
 
+LiveRanges live_ranges(const Kernel& k) {
+  LiveRanges r{std::vector<int>(k.tensors.size(), -1), std::vector<int>(k.tensors.size(), -1)};
+  for (size_t i = 0; i < k.instrs.size(); ++i) {
+    for (const Access& a : k.instrs[i].args) {
+      if (!a.present()) continue;
+      if (r.first[a.tensor] < 0) r.first[a.tensor] = static_cast<int>(i);
+      r.last[a.tensor] = static_cast<int>(i);
+    }
+  }
+  return r;
+}
+
 Target target_for(const std::string& name) {
   // SBUF per partition: 224 KiB on NeuronCore-v3 (trn2), 256 KiB on v4 (trn3).
   if (name == "trn2") return Target{"trn2", 3, 224 * 1024};

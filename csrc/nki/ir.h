@@ -170,6 +170,13 @@ class VerifyError : public std::runtime_error {
   Loc loc;
 };
 
+// Per tensor, the first and last instruction that uses it (-1: unused): the live range the
+// verifier's capacity rules and the executor's memory plan both follow.
+struct LiveRanges {
+  std::vector<int> first, last;
+};
+LiveRanges live_ranges(const Kernel& k);
+
 // Throws VerifyError for the first instruction (in program order) that breaks a rule.
 void verify(const Kernel& k);
 

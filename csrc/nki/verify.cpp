@@ -742,14 +742,7 @@ class Verifier {
   // allocated in whole 2 KiB banks.
   void check_capacity() {
     const size_t nt = k_.tensors.size();
-    std::vector<int> first(nt, -1), last(nt, -1);
-    for (size_t i = 0; i < k_.instrs.size(); ++i) {
-      for (const Access& a : k_.instrs[i].args) {
-        if (!a.present()) continue;
-        if (first[a.tensor] < 0) first[a.tensor] = static_cast<int>(i);
-        last[a.tensor] = static_cast<int>(i);
-      }
-    }
+    const auto [first, last] = live_ranges(k_);
     std::vector<std::vector<int>> starts(k_.instrs.size()), ends(k_.instrs.size());
     for (size_t t = 0; t < nt; ++t) {
       if (first[t] < 0 || !on_chip(k_.tensors[t].buffer)) continue;

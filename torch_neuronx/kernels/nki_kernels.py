@@ -7,6 +7,7 @@ from __future__ import annotations
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from nki._trace import itemsize
 
 P = 128          # partitions (nl.tile_size.pmax)
 TILE_N = 512     # matmul moving free size (nl.tile_size.gemm_moving_fmax)
@@ -16,11 +17,6 @@ NEG_BIG = -3.0e38  # "minus infinity" that stays finite: exp(NEG_BIG - m) == 0 w
 def _mm_dtype(dtype):
     """Matmul operands pair fp32 with fp32 only; anything narrower multiplies as bf16."""
     return nl.float32 if dtype in (nl.float32, nl.tfloat32) else dtype
-
-
-def _itemsize(dtype) -> int:
-    return 4 if dtype in (nl.float32, nl.tfloat32, nl.int32, nl.uint32) else 2 if dtype in (
-        nl.bfloat16, nl.float16, nl.int16, nl.uint16) else 1
 
 
 B_RESIDENT_BYTES = 96 * 1024  # per partition: b stays in SBUF when it fits in this much
@@ -61,7 +57,7 @@ def matmul_kernel(a, b):
         nisa.tensor_copy(dst=res, src=acc)
         nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
 
-    if n_k * N * _itemsize(b.dtype) <= B_RESIDENT_BYTES:
+    if n_k * N * itemsize(b.dtype) <= B_RESIDENT_BYTES:
         b_tiles = [load_b(n0, n) for n0, n in col_blocks]
         for m0 in range(0, M, P):
             m = min(P, M - m0)
