@@ -34,10 +34,22 @@ def reference(a, b, sa, sb, mode, bias, out_dtype):
         r = r + bias.double()
     return r.to(out_dtype), mag * a.shape[1] * 2.0 ** -23
 
+# _scaled_mm takes MX scales in the blocked (swizzled 32x4x4) layout torchao and cuBLAS use.
+def to_blocked(s):
+    rows, cols = s.shape
+    rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
+    padded = torch.zeros(rp, cp, dtype=s.dtype)
+    padded[:rows, :cols] = s
+    blocks = padded.view(rp // 128, 128, cp // 4, 4).permute(0, 2, 1, 3)
+    return blocks.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16).flatten()
+
+def v1_scale(s):
+    return to_blocked(s) if s.dtype == torch.float8_e8m0fnu else s
+
 results = {}
 for (da, db), mode, out_dtype, with_bias, col_major, shape in itertools.product(
         [(E4, E4), (E4, E5)], ["tensor", "row", "mx"], [torch.bfloat16, torch.float16, torch.float32],
-        [False, True], [True, False], [(17, 64, 24), (33, 96, 40)]):
+        [False, True], [True, False], [(17, 64, 24), (33, 96, 40), (3, 96, 200), (50, 256, 70)]):
     M, K, N = shape
     a = q((M, K), da)
     b = q((N, K), db).t() if col_major else q((K, N), db)
@@ -49,7 +61,7 @@ for (da, db), mode, out_dtype, with_bias, col_major, shape in itertools.product(
         sa, sb = mx_scales(M, K), mx_scales(N, K)
     bias = torch.randn(N).to(out_dtype) if with_bias else None
     dev = lambda t: None if t is None else t.to("neuron")
-    got = torch._scaled_mm(dev(a), dev(b), dev(sa), dev(sb), bias=dev(bias), out_dtype=out_dtype)
+    got = torch._scaled_mm(dev(a), dev(b), dev(v1_scale(sa)), dev(v1_scale(sb)), bias=dev(bias), out_dtype=out_dtype)
     want, acc_err = reference(a, b, sa, sb, mode, bias, out_dtype)
     diff = (got.cpu().double() - want.double()).abs()
     # One rounding to out_dtype (an ulp of it) plus what fp32 accumulation may add.
@@ -58,21 +70,30 @@ for (da, db), mode, out_dtype, with_bias, col_major, shape in itertools.product(
     results[key] = dict(device=str(got.device), dtype=str(got.dtype), shape=list(got.shape),
                         within=within, exact=float((diff == 0).float().mean()))
 
-# MX scales in the blocked (swizzled) layout torchao and cuBLAS use give the same product.
-def to_blocked(s):
-    rows, cols = s.shape
-    rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
-    padded = torch.zeros(rp, cp, dtype=s.dtype)
-    padded[:rows, :cols] = s
-    blocks = padded.view(rp // 128, 128, cp // 4, 4).permute(0, 2, 1, 3)
-    return blocks.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16).flatten()
+# MX scales so far from 1 that scaled values leave bf16's normal range take the fp32 path; the
+# result is still the reference rounded once.
+extreme = {}
+for lo, hi in [(-70, -60), (50, 60), (-100, 100)]:
+    a, b = q((33, 64), E4), q((40, 64), E5).t()
+    sa = torch.pow(2.0, torch.randint(lo, hi + 1, (33, 2)).float()).to(torch.float8_e8m0fnu)
+    sb = torch.pow(2.0, torch.randint(-20, 21, (40, 2)).float()).to(torch.float8_e8m0fnu)
+    got = torch._scaled_mm(a.to("neuron"), b.to("neuron"), to_blocked(sa).to("neuron"), to_blocked(sb).to("neuron"),
+                           out_dtype=torch.float32)
+    want, acc_err = reference(a, b, sa, sb, "mx", None, torch.float64)
+    extreme[f"{lo},{hi}"] = bool(((got.cpu().double() - want).abs() <= want.abs() * ULP[torch.float32] + acc_err).all())
+results["mx_extreme"] = extreme
 
-a, b = q((40, 128), E4), q((48, 128), E4).t()
-sa, sb = mx_scales(40, 128), mx_scales(48, 128)
-plain = torch._scaled_mm(a.to("neuron"), b.to("neuron"), sa.to("neuron"), sb.to("neuron"), out_dtype=torch.bfloat16)
-blocked = torch._scaled_mm(a.to("neuron"), b.to("neuron"), to_blocked(sa).to("neuron"), to_blocked(sb).to("neuron"),
-                           out_dtype=torch.bfloat16)
-results["swizzled_equal"] = bool(torch.equal(plain.cpu(), blocked.cpu()))
+# Blocked scales are read as blocked even where a plain [rows, K / 32] matrix has as many
+# elements (rows a multiple of 128, K / 32 of 4): the product equals the float64 reference.
+swz = {}
+for M, K, N in [(128, 128, 64), (256, 256, 128), (130, 160, 40)]:
+    a, b = q((M, K), E4), q((N, K), E4).t()
+    sa, sb = mx_scales(M, K), mx_scales(N, K)
+    got = torch._scaled_mm(a.to("neuron"), b.to("neuron"), to_blocked(sa).to("neuron"), to_blocked(sb).to("neuron"),
+                           out_dtype=torch.float32)
+    want, acc_err = reference(a, b, sa, sb, "mx", None, torch.float64)
+    swz[f"{M}x{K}x{N}"] = bool(((got.cpu().double() - want).abs() <= want.abs() * ULP[torch.float32] + acc_err).all())
+results["swizzled"] = swz
 
 # torch.nn.functional.scaled_mm (the v2 entry point, recipes named) gives _scaled_mm's results.
 import torch.nn.functional as F
@@ -89,15 +110,15 @@ v2 = {}
 for name, ((sa, ra, wa), (sb, rb, wb), _) in cases.items():
     got = F.scaled_mm(a, b, sa.to("neuron"), ra, sb.to("neuron"), rb, swizzle_a=wa, swizzle_b=wb,
                       output_dtype=torch.bfloat16)
-    v1a = sa.reshape(40, 1) if name == "RowWise" else sa
-    v1b = sb.reshape(1, 48) if name == "RowWise" else sb
+    v1a = sa.reshape(40, 1) if name == "RowWise" else v1_scale(sa)
+    v1b = sb.reshape(1, 48) if name == "RowWise" else v1_scale(sb)
     want = torch._scaled_mm(a, b, v1a.to("neuron"), v1b.to("neuron"), out_dtype=torch.bfloat16)
     v2[name] = bool(torch.equal(got.cpu(), want.cpu()))
 sa, sb = cases["BlockWise1x32"][0][0], cases["BlockWise1x32"][1][0]
 got = F.scaled_mm(a, b, to_blocked(sa).to("neuron"), ST.BlockWise1x32, to_blocked(sb).to("neuron"),
                   ST.BlockWise1x32, swizzle_a=SW.SWIZZLE_32_4_4, swizzle_b=SW.SWIZZLE_32_4_4,
                   output_dtype=torch.bfloat16)
-want = torch._scaled_mm(a, b, sa.to("neuron"), sb.to("neuron"), out_dtype=torch.bfloat16)
+want = torch._scaled_mm(a, b, to_blocked(sa).to("neuron"), to_blocked(sb).to("neuron"), out_dtype=torch.bfloat16)
 v2["BlockWise1x32 swizzled"] = bool(torch.equal(got.cpu(), want.cpu()))
 results["v2"] = v2
 
@@ -131,6 +152,9 @@ expect("scale_dtype", lambda: torch._scaled_mm(a, b, one.half(), one, out_dtype=
 expect("not_fp8", lambda: torch._scaled_mm(a.bfloat16(), b.bfloat16(), one, one, out_dtype=torch.bfloat16))
 a48, b48 = q((16, 48), E4).to("neuron"), q((32, 48), E4).t().to("neuron")
 expect("mx_block", lambda: torch._scaled_mm(a48, b48, torch.ones(16, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                            torch.ones(32, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                            out_dtype=torch.bfloat16))
+expect("mx_plain", lambda: torch._scaled_mm(a, b, torch.ones(16, 2, device="neuron").to(torch.float8_e8m0fnu),
                                             torch.ones(32, 2, device="neuron").to(torch.float8_e8m0fnu),
                                             out_dtype=torch.bfloat16))
 print(json.dumps(dict(results=results, errors=errors)))
@@ -177,7 +201,7 @@ def run_python_module():
 
 def test_scaled_mm_every_mode_matches_the_float64_reference(trn3):
     results = {k: v for k, v in trn3["results"].items() if isinstance(v, dict) and "device" in v}
-    assert len(results) == 2 * 3 * 3 * 2 * 2 * 2
+    assert len(results) == 2 * 3 * 3 * 2 * 2 * 4
     for key, r in results.items():
         assert r["device"] == "neuron:0", key
         assert r["dtype"] in ("torch.bfloat16", "torch.float16", "torch.float32"), key
@@ -193,8 +217,12 @@ def test_functional_scaled_mm_recipes_match_scaled_mm(trn3):
                                      "BlockWise1x32 swizzled": True}
 
 
+def test_mx_scales_far_from_one_match_the_reference(trn3):
+    assert trn3["results"]["mx_extreme"] == {"-70,-60": True, "50,60": True, "-100,100": True}
+
+
 def test_mx_scales_in_the_blocked_layout_and_grouped_mm(trn3):
-    assert trn3["results"]["swizzled_equal"]
+    assert trn3["results"]["swizzled"] == {"128x128x64": True, "256x256x128": True, "130x160x40": True}
     assert trn3["results"]["grouped_equal"]
 
 
@@ -204,6 +232,7 @@ def test_bad_input_is_a_clear_error(trn3):
     assert "must be float32" in e["scale_dtype"] and "float8_e8m0fnu" in e["scale_dtype"]
     assert "operands must be FP8" in e["not_fp8"]
     assert "not a multiple of 32" in e["mx_block"]
+    assert "blocked (swizzled) layout" in e["mx_plain"] and "NO_SWIZZLE" in e["mx_plain"]
 
 
 def test_trn2_refuses_fp8_compute_and_keeps_casts(run_python_module):

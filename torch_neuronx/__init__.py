@@ -64,13 +64,14 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from torch_neuronx import _device_defaults, _multiprocessing, _safetensors, compile, distributed
+    from torch_neuronx import _device_defaults, _multiprocessing, _safetensors, _torchao, compile, distributed
 
     _device_defaults.register()
     compile.register()
     distributed.register()
     _multiprocessing.register()
     _safetensors.register()
+    _torchao.register()
     _registered = True
 
 

@@ -5,9 +5,13 @@
 // these ops (and matrix products of FP8 tensors) raise, naming the platform and the fix.
 //
 // How: the operands are decoded exactly (FP8 values, and FP8 values times an E8M0 block scale,
-// a power of two, are exact in fp32), multiplied with fp32 accumulation (the Tensor engine's),
-// and the tensor-wise / row-wise scales and the bias are applied to the fp32 sums in float64
-// before the one rounding to out_dtype (through round-to-odd, so it is one rounding).
+// a power of two, are exact in bf16 and fp32), multiplied with fp32 accumulation (the Tensor
+// engine's), and the tensor-wise / row-wise scales and the bias are applied to the fp32 sums in
+// float64 before the one rounding to out_dtype (through round-to-odd, so it is one rounding).
+// On hosts with AVX512-BF16 the operands are decoded straight into the packed panels of the
+// device's bf16 GEMM (cpu/gemm_bf16.h) and each finished tile gets its epilogue while in cache;
+// elsewhere (and for MX scales so extreme that a scaled value would leave bf16's normal range)
+// the decoded fp32 operands go through ATen's fp32 GEMM.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/_scaled_grouped_mm_ops.h>
@@ -23,7 +27,12 @@
 
 #include "aten/kernel.h"
 #include "aten/neuron.h"
+#include "cpu/gemm_bf16.h"
 #include "runtime/platform.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace torch_neuronx {
 
@@ -74,14 +83,18 @@ std::pair<Scaling, Tensor> classify(const Tensor& scale, int64_t rows, int64_t K
   if (scale.scalar_type() == at::kFloat8_e8m0fnu) {
     TORCH_CHECK(K % 32 == 0, "_scaled_mm: MX scaling takes blocks of 32 along K, but K = ", K,
                 " is not a multiple of 32; pad K to a multiple of 32");
+    // As with cuBLAS, _scaled_mm takes MX scales in the blocked (swizzled 32x4x4) layout only:
+    // a plain [rows, K / 32] matrix has the same number of elements whenever rows is a multiple
+    // of 128 and K / 32 of 4, so accepting both would be ambiguous. Plain scales go through
+    // torch.nn.functional.scaled_mm with SwizzleType.NO_SWIZZLE.
     const int64_t blocks = K / 32;
-    if (scale.numel() == rows * blocks) return {Scaling::kBlock32, scale.reshape({rows, blocks})};
-    if (scale.numel() == round_up(rows, 128) * round_up(blocks, 4)) {
-      return {Scaling::kBlock32, unswizzle(scale, rows, blocks)};
-    }
-    TORCH_CHECK(false, "_scaled_mm: MX ", which, " (float8_e8m0fnu) must hold one scale per 32 elements of K: [",
-                rows, ", ", blocks, "], or ", round_up(rows, 128) * round_up(blocks, 4),
-                " elements in the blocked (swizzled) layout; got shape ", scale.sizes());
+    TORCH_CHECK(scale.numel() == round_up(rows, 128) * round_up(blocks, 4), "_scaled_mm: MX ", which,
+                " (float8_e8m0fnu) holds one scale per 32 elements of K in the blocked (swizzled) layout: ",
+                round_up(rows, 128) * round_up(blocks, 4), " elements for ", rows, " rows and ", blocks,
+                " blocks, got shape ", scale.sizes(), ". Rearrange [", rows, ", ", blocks, "] scales with "
+                "torchao.prototype.mx_formats.utils.to_blocked, or pass them unswizzled to "
+                "torch.nn.functional.scaled_mm with swizzle SwizzleType.NO_SWIZZLE");
+    return {Scaling::kBlock32, unswizzle(scale, rows, blocks)};
   }
   TORCH_CHECK(scale.scalar_type() == at::kFloat, "_scaled_mm: ", which, " must be float32 (tensor-wise or row-wise "
               "scaling) or float8_e8m0fnu (MX block scaling), got ", scale.scalar_type());
@@ -93,15 +106,25 @@ std::pair<Scaling, Tensor> classify(const Tensor& scale, int64_t rows, int64_t K
   return {Scaling::kRow, scale};
 }
 
-// Decoding tables: every FP8 / E8M0 code to its float value.
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Decoding tables: every FP8 / E8M0 code to its float value, and FP8 codes to bf16 bits (exact:
+// every FP8 value is a bf16 value).
 struct Fp8Tables {
   float e4m3fn[256], e5m2[256], e8m0[256];
+  uint16_t e4m3fn_bf16[256], e5m2_bf16[256];
   Fp8Tables() {
     for (int c = 0; c < 256; ++c) {
       const uint8_t b = static_cast<uint8_t>(c);
       e4m3fn[c] = static_cast<float>(c10::Float8_e4m3fn(b, c10::Float8_e4m3fn::from_bits()));
       e5m2[c] = static_cast<float>(c10::Float8_e5m2(b, c10::Float8_e5m2::from_bits()));
       e8m0[c] = static_cast<float>(c10::Float8_e8m0fnu(b, c10::Float8_e8m0fnu::from_bits()));
+      e4m3fn_bf16[c] = static_cast<uint16_t>(float_bits(e4m3fn[c]) >> 16);
+      e5m2_bf16[c] = static_cast<uint16_t>(float_bits(e5m2[c]) >> 16);
     }
   }
 };
@@ -144,24 +167,117 @@ float round_to_odd(double d) {
   return f;
 }
 
+// Epilogue of one row: out[n] = acc[n] * a * sb[n] (+ bias[n]), in float64, rounded once.
 template <class T>
-void epilogue_into(T* out, const float* acc, int64_t M, int64_t N, const double* sa, int64_t sa_step,
-                   const double* sb, int64_t sb_step, const double* bias, double clamp) {
-  at::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t m = b; m < e; ++m) {
-      const double a = sa[m * sa_step];
-      for (int64_t n = 0; n < N; ++n) {
-        double v = static_cast<double>(acc[m * N + n]) * a * sb[n * sb_step];
-        if (bias) v += bias[n];
-        if (clamp > 0) v = std::min(std::max(v, -clamp), clamp);
-        if constexpr (std::is_same_v<T, float>) {
-          out[m * N + n] = static_cast<float>(v);
-        } else {
-          out[m * N + n] = T(round_to_odd(v));
+void epilogue_row(T* out, const float* acc, int64_t cols, double a, const double* sb, int64_t sb_step,
+                  const double* bias, double clamp) {
+  for (int64_t n = 0; n < cols; ++n) {
+    double v = static_cast<double>(acc[n]) * a * sb[n * sb_step];
+    if (bias) v += bias[n];
+    if (clamp > 0) v = std::min(std::max(v, -clamp), clamp);
+    if constexpr (std::is_same_v<T, float>) {
+      out[n] = static_cast<float>(v);
+    } else {
+      out[n] = T(round_to_odd(v));
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same for fp32 and bf16 outputs, 8 lanes of float64 at a time. bf16: round to odd into
+// fp32 (truncate, then set the last bit when inexact), then round to nearest even, as above.
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void epilogue_row_avx512(
+    T* out, const float* acc, int64_t cols, double a, const double* sb, int64_t sb_step, const double* bias) {
+  const __m512d va = _mm512_set1_pd(a);
+  for (int64_t n = 0; n < cols; n += 8) {
+    const __mmask8 m = static_cast<__mmask8>(cols - n >= 8 ? 0xff : (1u << (cols - n)) - 1);
+    __m512d v = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, acc + n)), va);
+    v = _mm512_mul_pd(v, sb_step ? _mm512_maskz_loadu_pd(m, sb + n) : _mm512_set1_pd(sb[0]));
+    if (bias) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, bias + n));
+    if constexpr (std::is_same_v<T, float>) {
+      _mm256_mask_storeu_ps(out + n, m, _mm512_cvtpd_ps(v));
+    } else {
+      const __m256 f = _mm512_cvt_roundpd_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(f), v, _CMP_NEQ_UQ);
+      __m256i bits = _mm256_castps_si256(f);
+      bits = _mm256_mask_or_epi32(bits, inexact, bits, _mm256_set1_epi32(1));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+      const __mmask8 nan = _mm256_cmpgt_epu32_mask(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                                   _mm256_set1_epi32(0x7f800000));
+      r = _mm256_mask_mov_epi32(r, nan, _mm256_set1_epi32(0x7fc0));
+      _mm_mask_storeu_epi16(out + n, m, _mm256_cvtepi32_epi16(r));
+    }
+  }
+}
+#endif
+
+// Epilogue of a block of rows x cols sums (acc, row stride lda) into out (row stride ldo);
+// sa / sb / bias point at the block's first row / column.
+template <class T>
+void epilogue_block(T* out, int64_t ldo, const float* acc, int64_t lda, int64_t rows, int64_t cols,
+                    const double* sa, int64_t sa_step, const double* sb, int64_t sb_step, const double* bias,
+                    double clamp) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
+    if (clamp == 0 && neuron::cpu::has_avx512_bf16()) {
+      for (int64_t i = 0; i < rows; ++i) {
+        epilogue_row_avx512(out + i * ldo, acc + i * lda, cols, sa[i * sa_step], sb, sb_step, bias);
+      }
+      return;
+    }
+  }
+#endif
+  for (int64_t i = 0; i < rows; ++i) {
+    epilogue_row(out + i * ldo, acc + i * lda, cols, sa[i * sa_step], sb, sb_step, bias, clamp);
+  }
+}
+
+// Packs x [R, K] (FP8 codes, strides sr / sk; with MX, each value times 2^e of its block scale
+// mx[r, k / 32]) into panels of P rows of bf16 pairs, the layout of cpu/gemm_bf16.h: panels
+// [pb, pe). The scaled values must be normal bf16 (mx_fits_bf16).
+void pack_fp8(const uint8_t* x, int64_t R, int64_t K, int64_t sr, int64_t sk, bool e5m2, const uint8_t* mx,
+              int64_t P, uint32_t* out, int64_t pb, int64_t pe) {
+  const int64_t K2 = neuron::cpu::k_pairs(K), blocks = K / 32;
+  const uint16_t* bf = e5m2 ? tables().e5m2_bf16 : tables().e4m3fn_bf16;
+  const float* f32 = e5m2 ? tables().e5m2 : tables().e4m3fn;
+  const float* e8m0 = tables().e8m0;
+  for (int64_t p = pb; p < pe; ++p) {
+    uint32_t* o = out + p * P * K2;
+    for (int64_t i = 0; i < P; ++i) {
+      const int64_t r = p * P + i;
+      if (r >= R) {
+        for (int64_t kp = 0; kp < K2; ++kp) o[kp * P + i] = 0;
+        continue;
+      }
+      const uint8_t* row = x + r * sr;
+      if (mx) {
+        const uint8_t* sc = mx + r * blocks;
+        for (int64_t kp = 0; kp < K2; ++kp) {  // K is a multiple of 32 here
+          const float s = e8m0[sc[kp / 16]];
+          o[kp * P + i] = (float_bits(f32[row[2 * kp * sk]] * s) >> 16) |
+                          (float_bits(f32[row[(2 * kp + 1) * sk]] * s) & 0xffff0000u);
         }
+      } else {
+        for (int64_t kp = 0; kp < K / 2; ++kp) {
+          o[kp * P + i] = bf[row[2 * kp * sk]] | (static_cast<uint32_t>(bf[row[(2 * kp + 1) * sk]]) << 16);
+        }
+        if (K % 2) o[(K2 - 1) * P + i] = bf[row[(K - 1) * sk]];
       }
     }
-  });
+  }
+}
+
+// Whether MX-scaled FP8 values and their products stay normal in bf16 / fp32 (|exponent| <= 40:
+// the smallest product is 2^-112), so the bf16 GEMM's flush of subnormals cannot change a sum.
+bool mx_fits_bf16(const Tensor& codes) {
+  const uint8_t* c = reinterpret_cast<const uint8_t*>(codes.const_data_ptr());
+  const int64_t n = codes.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (c[i] < 127 - 40 || c[i] > 127 + 40) return false;
+  }
+  return true;
 }
 
 void check_operands(const Tensor& a, const Tensor& b) {
@@ -191,16 +307,10 @@ Tensor scaled_mm_impl(const Tensor& a, const Tensor& b, Scaling ka, const Tensor
               "float8_e5m2, got ", dt);
   const bool mx = ka == Scaling::kBlock32;
   Tensor sa_codes = mx ? sa.contiguous() : Tensor(), sb_codes = mx ? sb.contiguous() : Tensor();
-  const float* e8m0 = tables().e8m0;
   const uint8_t* pa = mx ? reinterpret_cast<const uint8_t*>(sa_codes.const_data_ptr()) : nullptr;
   const uint8_t* pb = mx ? reinterpret_cast<const uint8_t*>(sb_codes.const_data_ptr()) : nullptr;
-  const int64_t blocks = K / 32;
-  Tensor a32 = decode_f32(a, [&](int64_t m, int64_t k) { return e8m0[pa[m * blocks + k / 32]]; }, mx);
-  Tensor b32 = decode_f32(b, [&](int64_t k, int64_t n) { return e8m0[pb[n * blocks + k / 32]]; }, mx);
-  // Products of the decoded values are exact in fp32; the GEMM accumulates in fp32.
-  Tensor acc = at::mm(a32, b32).contiguous();
 
-  // Scales and bias in float64, one rounding to out_dtype.
+  // Scales and bias in float64 (MX scales are in the operands already).
   const double one = 1.0;
   Tensor sa64 = mx ? Tensor() : sa.to(at::kDouble).contiguous(), sb64 = mx ? Tensor() : sb.to(at::kDouble).contiguous();
   const double* psa = mx ? &one : sa64.const_data_ptr<double>();
@@ -223,18 +333,58 @@ Tensor scaled_mm_impl(const Tensor& a, const Tensor& b, Scaling ka, const Tensor
   }
   const double* pbias = bias64.defined() ? bias64.const_data_ptr<double>() : nullptr;
   Tensor out = at::empty({M, N}, a.options().dtype(dt));
-  const float* pacc = acc.const_data_ptr<float>();
+  if (M == 0 || N == 0) return out;
+
+  auto run = [&](auto* po) {
+    using T = std::remove_pointer_t<decltype(po)>;
+    namespace cpu = neuron::cpu;
+    if (cpu::has_avx512_bf16() && K > 0 && (!mx || (mx_fits_bf16(sa_codes) && mx_fits_bf16(sb_codes)))) {
+      // Decode into the GEMM's panels; each finished tile gets its epilogue at once.
+      Tensor packed_a = at::empty({cpu::packed_a_words(M, K)}, a.options().dtype(at::kInt));
+      Tensor packed_b = at::empty({cpu::packed_b_words(N, K)}, a.options().dtype(at::kInt));
+      auto* wa = reinterpret_cast<uint32_t*>(packed_a.mutable_data_ptr<int32_t>());
+      auto* wb = reinterpret_cast<uint32_t*>(packed_b.mutable_data_ptr<int32_t>());
+      const auto* xa = reinterpret_cast<const uint8_t*>(a.const_data_ptr());
+      const auto* xb = reinterpret_cast<const uint8_t*>(b.const_data_ptr());
+      const int64_t rp = cpu::row_panels(M), cp = cpu::col_panels(N);
+      at::parallel_for(0, rp, 1, [&](int64_t lo, int64_t hi) {
+        pack_fp8(xa, M, K, a.stride(0), a.stride(1), a.scalar_type() == at::kFloat8_e5m2, pa, cpu::kTileRows, wa,
+                 lo, hi);
+      });
+      at::parallel_for(0, cp, 1, [&](int64_t lo, int64_t hi) {  // b's rows in the packing are its columns
+        pack_fp8(xb, N, K, b.stride(1), b.stride(0), b.scalar_type() == at::kFloat8_e5m2, pb, cpu::kTileCols, wb,
+                 lo, hi);
+      });
+      const cpu::TileFn tile = [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols, const float* t) {
+        epilogue_block(po + m0 * N + n0, N, t, cpu::kTileCols, rows, cols, psa + m0 * sa_step, sa_step,
+                       psb + n0 * sb_step, sb_step, pbias ? pbias + n0 : nullptr, clamp);
+      };
+      // Threads split the longer side, so small-M (decode) products use every thread too.
+      if (rp >= cp) {
+        at::parallel_for(0, rp, 1, [&](int64_t lo, int64_t hi) { cpu::gemm_bf16_tiles(wa, wb, M, N, K, lo, hi, 0, cp, tile); });
+      } else {
+        at::parallel_for(0, cp, 1, [&](int64_t lo, int64_t hi) { cpu::gemm_bf16_tiles(wa, wb, M, N, K, 0, rp, lo, hi, tile); });
+      }
+      return;
+    }
+    const float* e8m0 = tables().e8m0;
+    const int64_t blocks = K / 32;
+    Tensor a32 = decode_f32(a, [&](int64_t m, int64_t k) { return e8m0[pa[m * blocks + k / 32]]; }, mx);
+    Tensor b32 = decode_f32(b, [&](int64_t k, int64_t n) { return e8m0[pb[n * blocks + k / 32]]; }, mx);
+    // Products of the decoded values are exact in fp32; the GEMM accumulates in fp32.
+    Tensor acc = at::mm(a32, b32).contiguous();
+    const float* pacc = acc.const_data_ptr<float>();
+    at::parallel_for(0, M, std::max<int64_t>(1, 16384 / N), [&](int64_t lo, int64_t hi) {
+      epilogue_block(po + lo * N, N, pacc + lo * N, N, hi - lo, N, psa + lo * sa_step, sa_step, psb, sb_step, pbias,
+                     clamp);
+    });
+  };
   switch (dt) {
-    case at::kFloat: epilogue_into(out.mutable_data_ptr<float>(), pacc, M, N, psa, sa_step, psb, sb_step, pbias, clamp); break;
-    case at::kBFloat16:
-      epilogue_into(out.mutable_data_ptr<c10::BFloat16>(), pacc, M, N, psa, sa_step, psb, sb_step, pbias, clamp);
-      break;
-    case at::kHalf: epilogue_into(out.mutable_data_ptr<c10::Half>(), pacc, M, N, psa, sa_step, psb, sb_step, pbias, clamp); break;
-    case at::kFloat8_e4m3fn:
-      epilogue_into(out.mutable_data_ptr<c10::Float8_e4m3fn>(), pacc, M, N, psa, sa_step, psb, sb_step, pbias, clamp);
-      break;
-    default:
-      epilogue_into(out.mutable_data_ptr<c10::Float8_e5m2>(), pacc, M, N, psa, sa_step, psb, sb_step, pbias, clamp);
+    case at::kFloat: run(out.mutable_data_ptr<float>()); break;
+    case at::kBFloat16: run(out.mutable_data_ptr<c10::BFloat16>()); break;
+    case at::kHalf: run(out.mutable_data_ptr<c10::Half>()); break;
+    case at::kFloat8_e4m3fn: run(out.mutable_data_ptr<c10::Float8_e4m3fn>()); break;
+    default: run(out.mutable_data_ptr<c10::Float8_e5m2>());
   }
   return out;
 }

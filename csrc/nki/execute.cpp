@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "cpu/gemm_bf16.h"
 #include "nki/numerics.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -210,12 +211,6 @@ void matmul_rows(NKI_MATMUL_ARGS) {
 // bf16, each pair's two exact products added to the fp32 accumulator (odd first, then even):
 // fp32 accumulation as in PSUM, twice the multiply rate of the fp32 kernel.
 #if defined(__x86_64__) && defined(__GNUC__)
-bool has_avx512bf16() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
-                          __builtin_cpu_supports("avx512bw");
-  return yes;
-}
-
 float pair_dot(uint32_t s, uint32_t v, float acc) {
   auto hi = [](uint32_t x) { return bits_to_float(x & 0xffff0000u); };
   auto lo = [](uint32_t x) { return bits_to_float(x << 16); };
@@ -488,7 +483,7 @@ struct Program::State {
     std::vector<float>& R = buf[3];
     R.resize(M * N);
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (dt(st) == DType::kBFloat16 && dt(mv) == DType::kBFloat16 && has_avx512bf16()) {
+    if (dt(st) == DType::kBFloat16 && dt(mv) == DType::kBFloat16 && neuron::cpu::has_avx512_bf16()) {
       const int64_t K2 = (K + 1) / 2;
       pack_pairs(st, K, M, packed_s_);
       // The moving tile is often the same SBUF data for many matmuls (one column block of b
