@@ -122,20 +122,66 @@ want = torch._scaled_mm(a, b, to_blocked(sa).to("neuron"), to_blocked(sb).to("ne
 v2["BlockWise1x32 swizzled"] = bool(torch.equal(got.cpu(), want.cpu()))
 results["v2"] = v2
 
-# Grouped (MoE): 2-D x 3-D with offsets, against a loop of _scaled_mm.
-G, K, N = 3, 64, 32
+# Grouped (MoE), the four layouts of torch._grouped_mm, each against the float64 reference of
+# its groups; offs with an empty group. F.scaled_grouped_mm (v2, RowWise recipes) agrees.
+def rowwise_ref(a, b, sa, sb):
+    want, acc_err = reference(a, b, sa.reshape(-1, 1), sb.reshape(1, -1), "row", None, torch.float64)
+    return want, acc_err
+
+def close(got, want, acc_err, dt=torch.bfloat16):
+    return bool(((got.double() - want).abs() <= want.abs() * ULP[dt] + acc_err.to(want.dtype) + 1e-30).all())
+
+grouped = {}
+G, K, N, M = 3, 64, 32, 8
 offs = torch.tensor([5, 5, 19], dtype=torch.int32)
+dev = lambda *ts: [t.to("neuron") for t in ts]
+# 2-D x 3-D: groups of rows.
 a, b = q((19, K), E4), torch.stack([q((N, K), E4).t() for _ in range(G)])
 sa, sb = torch.rand(19) + 0.5, torch.rand(G, N) + 0.5
-got = torch._scaled_grouped_mm(a.to("neuron"), b.to("neuron"), sa.to("neuron"), sb.to("neuron"),
-                               offs=offs.to("neuron"), out_dtype=torch.bfloat16).cpu()
-want, start = [], 0
+got = torch._scaled_grouped_mm(*dev(a, b, sa, sb), offs=offs.to("neuron"), out_dtype=torch.bfloat16).cpu()
+ok, start = got.shape == (19, N), 0
 for g, end in enumerate(offs.tolist()):
     if end > start:
-        want.append(torch._scaled_mm(a[start:end].to("neuron"), b[g].to("neuron"), sa[start:end, None].to("neuron"),
-                                     sb[g][None].to("neuron"), out_dtype=torch.bfloat16).cpu())
+        w, e = rowwise_ref(a[start:end], b[g], sa[start:end], sb[g])
+        ok = ok and close(got[start:end], w.to(torch.bfloat16).double(), e)
     start = end
-results["grouped_equal"] = bool(torch.equal(got, torch.cat(want)))
+grouped["2d_3d"] = ok
+v2 = F.scaled_grouped_mm(*dev(a, b), sa.to("neuron"), ST.RowWise, sb.to("neuron"), ST.RowWise,
+                         offs=offs.to("neuron"), output_dtype=torch.bfloat16).cpu()
+grouped["v2_equal"] = bool(torch.equal(v2, got))
+# 3-D x 2-D: groups of columns of mat2.
+a, b = q((G, M, K), E4), q((19, K), E4).t()
+sa, sb = torch.rand(G, M) + 0.5, torch.rand(19) + 0.5
+got = torch._scaled_grouped_mm(*dev(a, b, sa, sb), offs=offs.to("neuron"), out_dtype=torch.bfloat16).cpu()
+ok, start = got.shape == (M, 19), 0
+for g, end in enumerate(offs.tolist()):
+    if end > start:
+        w, e = rowwise_ref(a[g], b[:, start:end], sa[g], sb[start:end])
+        ok = ok and close(got[:, start:end], w.to(torch.bfloat16).double(), e)
+    start = end
+grouped["3d_2d"] = ok
+# 2-D x 2-D: groups along K (weight gradients); an empty group gives zeros.
+koffs = torch.tensor([32, 32, 96], dtype=torch.int32)
+a, b = q((M, 96), E4), q((N, 96), E4).t()
+sa, sb = torch.rand(G * M) + 0.5, torch.rand(G * N) + 0.5
+got = torch._scaled_grouped_mm(*dev(a, b, sa, sb), offs=koffs.to("neuron"), out_dtype=torch.bfloat16).cpu()
+ok, start = got.shape == (G, M, N), 0
+for g, end in enumerate(koffs.tolist()):
+    if end > start:
+        w, e = rowwise_ref(a[:, start:end], b[start:end], sa[g * M:(g + 1) * M], sb[g * N:(g + 1) * N])
+        ok = ok and close(got[g], w.to(torch.bfloat16).double(), e)
+    else:
+        ok = ok and bool((got[g] == 0).all())
+    start = end
+grouped["2d_2d"] = ok
+# 3-D x 3-D: batched.
+a, b = q((G, M, K), E4), torch.stack([q((N, K), E4).t() for _ in range(G)])
+sa, sb = torch.rand(G, M) + 0.5, torch.rand(G, N) + 0.5
+got = torch._scaled_grouped_mm(*dev(a, b, sa, sb), out_dtype=torch.bfloat16).cpu()
+grouped["3d_3d"] = got.shape == (G, M, N) and all(
+    close(got[g], rowwise_ref(a[g], b[g], sa[g], sb[g])[0].to(torch.bfloat16).double(),
+          rowwise_ref(a[g], b[g], sa[g], sb[g])[1]) for g in range(G))
+results["grouped"] = grouped
 
 # Clear errors for bad input.
 errors = {}
@@ -157,6 +203,17 @@ expect("mx_block", lambda: torch._scaled_mm(a48, b48, torch.ones(16, 2, device="
 expect("mx_plain", lambda: torch._scaled_mm(a, b, torch.ones(16, 2, device="neuron").to(torch.float8_e8m0fnu),
                                             torch.ones(32, 2, device="neuron").to(torch.float8_e8m0fnu),
                                             out_dtype=torch.bfloat16))
+a3, b3 = q((2, 8, 64), E4).to("neuron"), torch.stack([q((16, 64), E4).t() for _ in range(2)]).to("neuron")
+expect("grouped_scale", lambda: torch._scaled_grouped_mm(a3, b3, torch.ones(2, 9, device="neuron"),
+                                                         torch.ones(2, 16, device="neuron"), out_dtype=torch.bfloat16))
+expect("grouped_offs", lambda: torch._scaled_grouped_mm(a3[0], b3, torch.ones(8, device="neuron"),
+                                                        torch.ones(2, 16, device="neuron"),
+                                                        offs=torch.tensor([6, 4], dtype=torch.int32, device="neuron"),
+                                                        out_dtype=torch.bfloat16))
+expect("grouped_v2_mx", lambda: F.scaled_grouped_mm(a3[0], b3, torch.ones(8, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                                    ST.BlockWise1x32, torch.ones(2, 16, 2, device="neuron").to(torch.float8_e8m0fnu),
+                                                    ST.BlockWise1x32, offs=torch.tensor([4, 8], dtype=torch.int32, device="neuron"),
+                                                    output_dtype=torch.bfloat16))
 print(json.dumps(dict(results=results, errors=errors)))
 '''
 
@@ -223,7 +280,8 @@ def test_mx_scales_far_from_one_match_the_reference(trn3):
 
 def test_mx_scales_in_the_blocked_layout_and_grouped_mm(trn3):
     assert trn3["results"]["swizzled"] == {"128x128x64": True, "256x256x128": True, "130x160x40": True}
-    assert trn3["results"]["grouped_equal"]
+    assert trn3["results"]["grouped"] == {"2d_3d": True, "v2_equal": True, "3d_2d": True, "2d_2d": True,
+                                          "3d_3d": True}
 
 
 def test_bad_input_is_a_clear_error(trn3):
@@ -233,6 +291,9 @@ def test_bad_input_is_a_clear_error(trn3):
     assert "operands must be FP8" in e["not_fp8"]
     assert "not a multiple of 32" in e["mx_block"]
     assert "blocked (swizzled) layout" in e["mx_plain"] and "NO_SWIZZLE" in e["mx_plain"]
+    assert "scale_a must be [2, 8]" in e["grouped_scale"]
+    assert "offs must be non-decreasing" in e["grouped_offs"]
+    assert e["grouped_v2_mx"].startswith("NotImplementedError") and "RowWise" in e["grouped_v2_mx"]
 
 
 def test_trn2_refuses_fp8_compute_and_keeps_casts(run_python_module):

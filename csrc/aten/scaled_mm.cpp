@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/_scaled_grouped_mm_ops.h>
+#include <ATen/ops/_scaled_grouped_mm_v2_ops.h>
 #include <ATen/ops/_scaled_mm_ops.h>
 #include <ATen/ops/_scaled_mm_v2_ops.h>
 #include <torch/library.h>
@@ -488,50 +489,136 @@ struct ScaledMmOut : at::_ops::_scaled_mm_out {
   }
 };
 
-// Grouped (MoE) form: a [total_M, K] 2-D with b [G, K, N] and offs [G] (cumulative row ends),
-// or a [G, M, K] with b [G, K, N]. Row-wise scales: scale_a [total_M] or [G, M], scale_b [G, N].
+// Grouped (MoE) products with row-wise scales, the four layouts of torch._grouped_mm:
+//   2-D x 3-D: self [total_M, K], mat2 [G, K, N], offs ends along M -> [total_M, N];
+//              scale_a one per row of self, scale_b [G, N]  (routed experts, forward)
+//   3-D x 2-D: self [G, M, K], mat2 [K, total_N], offs ends along N -> [M, total_N];
+//              scale_a [G, M], scale_b one per column of mat2
+//   2-D x 2-D: self [M, total_K], mat2 [total_K, N], offs ends along K -> [G, M, N];
+//              scale_a [G * M], scale_b [G * N]  (weight gradients)
+//   3-D x 3-D: self [G, M, K], mat2 [G, K, N], no offs -> [G, M, N]; scale_a [G, M], scale_b [G, N]
+Tensor scaled_grouped_mm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                              const Tensor& scale_b, const std::optional<Tensor>& offs,
+                              const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
+                              std::optional<c10::ScalarType> out_dtype) {
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), op, ": self and mat2 are 2-D or 3-D, "
+              "got ", a.sizes(), " and ", b.sizes());
+  TORCH_CHECK(!bias.has_value() || !bias->defined(), op, ": bias is not supported (as in PyTorch)");
+  const c10::ScalarType dt = out_dtype.value_or(at::kBFloat16);
+  const bool has_offs = offs.has_value() && offs->defined();
+  const int64_t K = a.size(-1);
+  TORCH_CHECK(b.size(-2) == K, op, ": self ", a.sizes(), " and mat2 ", b.sizes(), " disagree on K");
+  auto check_scale = [&](const Tensor& s, std::vector<int64_t> want, const char* which) {
+    TORCH_CHECK(s.scalar_type() == at::kFloat, op, ": ", which, " must be float32 row-wise scales, got ",
+                s.scalar_type());
+    const bool ok = want.size() == 1 ? s.numel() == want[0] : (s.dim() == 2 && s.sizes() == at::IntArrayRef(want));
+    TORCH_CHECK(ok, op, ": ", which, " must be ", want.size() == 1 ? "one-dimensional with " : "", at::IntArrayRef(want),
+                want.size() == 1 ? " elements" : "", " for self ", a.sizes(), " and mat2 ", b.sizes(), ", got ",
+                s.sizes());
+  };
+  auto mm = [&](const Tensor& x, const Tensor& y, const Tensor& sx, const Tensor& sy) {
+    return scaled_mm_cpu(x, y, sx.reshape({-1, 1}), sy.reshape({1, -1}), std::nullopt, scale_result, dt);
+  };
+  if (a.dim() == 3 && b.dim() == 3) {
+    TORCH_CHECK(!has_offs, op, ": 3-D x 3-D is a batched product; offs must not be given");
+    const int64_t G = a.size(0), M = a.size(1), N = b.size(2);
+    TORCH_CHECK(b.size(0) == G, op, ": ", G, " groups in self but ", b.size(0), " in mat2");
+    check_scale(scale_a, {G, M}, "scale_a");
+    check_scale(scale_b, {G, N}, "scale_b");
+    Tensor out = at::empty({G, M, N}, a.options().dtype(dt));
+    for (int64_t g = 0; g < G; ++g) out[g].copy_(mm(a[g], b[g], scale_a[g], scale_b[g]));
+    return out;
+  }
+  TORCH_CHECK(has_offs, op, ": with a 2-D operand, offs (the cumulative end of each group along the grouped "
+              "dimension) is required");
+  TORCH_CHECK(offs->dim() == 1 && !at::isFloatingType(offs->scalar_type()), op, ": offs must be a 1-D integer "
+              "tensor, got ", offs->scalar_type(), " of shape ", offs->sizes());
+  const int64_t G = offs->numel();
+  Tensor ends = offs->to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t* pe = ends.const_data_ptr<int64_t>();
+  // The grouped dimension's length and each group's [start, end).
+  auto groups = [&](int64_t total, const char* dim) {
+    std::vector<std::pair<int64_t, int64_t>> r;
+    int64_t start = 0;
+    for (int64_t g = 0; g < G; ++g) {
+      TORCH_CHECK(start <= pe[g] && pe[g] <= total, op, ": offs must be non-decreasing and at most ", total,
+                  " (the length of ", dim, "), got ", pe[g], " after ", start);
+      r.emplace_back(start, pe[g]);
+      start = pe[g];
+    }
+    return r;
+  };
+  if (a.dim() == 2 && b.dim() == 3) {
+    const int64_t N = b.size(2);
+    TORCH_CHECK(b.size(0) == G, op, ": offs has ", G, " entries for ", b.size(0), " groups in mat2");
+    check_scale(scale_a, {a.size(0)}, "scale_a");
+    check_scale(scale_b, {G, N}, "scale_b");
+    Tensor sa = scale_a.reshape({-1});
+    Tensor out = at::zeros({a.size(0), N}, a.options().dtype(dt));
+    const auto gs = groups(a.size(0), "self's rows");
+    for (int64_t g = 0; g < G; ++g) {
+      auto [s, e] = gs[g];
+      if (e > s) out.slice(0, s, e).copy_(mm(a.slice(0, s, e), b[g], sa.slice(0, s, e), scale_b[g]));
+    }
+    return out;
+  }
+  if (a.dim() == 3 && b.dim() == 2) {
+    const int64_t M = a.size(1);
+    TORCH_CHECK(a.size(0) == G, op, ": offs has ", G, " entries for ", a.size(0), " groups in self");
+    check_scale(scale_a, {G, M}, "scale_a");
+    check_scale(scale_b, {b.size(1)}, "scale_b");
+    Tensor sb = scale_b.reshape({-1});
+    Tensor out = at::zeros({M, b.size(1)}, a.options().dtype(dt));
+    const auto gs = groups(b.size(1), "mat2's columns");
+    for (int64_t g = 0; g < G; ++g) {
+      auto [s, e] = gs[g];
+      if (e > s) out.slice(1, s, e).copy_(mm(a[g], b.slice(1, s, e), scale_a[g], sb.slice(0, s, e)));
+    }
+    return out;
+  }
+  const int64_t M = a.size(0), N = b.size(1);  // 2-D x 2-D: groups along K
+  check_scale(scale_a, {G * M}, "scale_a");
+  check_scale(scale_b, {G * N}, "scale_b");
+  Tensor sa = scale_a.reshape({-1}), sb = scale_b.reshape({-1});
+  Tensor out = at::zeros({G, M, N}, a.options().dtype(dt));
+  const auto gs = groups(K, "K");
+  for (int64_t g = 0; g < G; ++g) {
+    auto [s, e] = gs[g];
+    if (e > s) {
+      out[g].copy_(mm(a.slice(1, s, e), b.slice(0, s, e), sa.slice(0, g * M, (g + 1) * M),
+                      sb.slice(0, g * N, (g + 1) * N)));
+    }
+  }
+  return out;
+}
+
 struct ScaledGroupedMm : at::_ops::_scaled_grouped_mm {
   static Tensor redispatch(c10::DispatchKeySet, const Tensor& a, const Tensor& b, const Tensor& scale_a,
                            const Tensor& scale_b, const std::optional<Tensor>& offs,
                            const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
                            std::optional<c10::ScalarType> out_dtype, bool) {
-    TORCH_CHECK(b.dim() == 3, "_scaled_grouped_mm: mat2 must be [groups, K, N], got ", b.sizes());
-    TORCH_CHECK(!bias.has_value() || !bias->defined(), "_scaled_grouped_mm: bias is not supported");
-    const int64_t G = b.size(0), N = b.size(2);
-    const c10::ScalarType dt = out_dtype.value_or(at::kBFloat16);
-    TORCH_CHECK(scale_b.dim() == 2 && scale_b.size(0) == G && scale_b.size(1) == N,
-                "_scaled_grouped_mm: scale_b must be [groups, N] = [", G, ", ", N, "], got ", scale_b.sizes());
-    if (a.dim() == 3) {
-      TORCH_CHECK(a.size(0) == G, "_scaled_grouped_mm: ", a.size(0), " groups in self but ", G, " in mat2");
-      TORCH_CHECK(scale_a.dim() == 2 && scale_a.size(0) == G && scale_a.size(1) == a.size(1),
-                  "_scaled_grouped_mm: scale_a must be [groups, M], got ", scale_a.sizes());
-      std::vector<Tensor> outs;
-      for (int64_t g = 0; g < G; ++g) {
-        outs.push_back(scaled_mm_cpu(a[g], b[g], scale_a[g].unsqueeze(1), scale_b[g].unsqueeze(0), std::nullopt,
-                                     scale_result, dt));
-      }
-      return at::stack(outs);
+    return scaled_grouped_mm_impl("_scaled_grouped_mm", a, b, scale_a, scale_b, offs, bias, scale_result, out_dtype);
+  }
+};
+
+// torch.nn.functional.scaled_grouped_mm: one RowWise scale tensor per operand.
+struct ScaledGroupedMmV2 : at::_ops::_scaled_grouped_mm_v2 {
+  static Tensor redispatch(c10::DispatchKeySet, const Tensor& a, const Tensor& b, at::TensorList scale_a,
+                           at::IntArrayRef recipe_a, at::IntArrayRef, at::TensorList scale_b,
+                           at::IntArrayRef recipe_b, at::IntArrayRef, const std::optional<Tensor>& offs,
+                           const std::optional<Tensor>& bias, std::optional<c10::ScalarType> out_dtype,
+                           at::IntArrayRef contraction_dim, bool) {
+    TORCH_CHECK(contraction_dim.empty(), "scaled_grouped_mm: neuron contracts self's last and mat2's "
+                "second-to-last dimension; contraction_dim must be empty, got ", contraction_dim);
+    for (auto [scales, recipe, which] : {std::tuple{scale_a, recipe_a, "scale_a"}, std::tuple{scale_b, recipe_b, "scale_b"}}) {
+      TORCH_CHECK(scales.size() == 1 && recipe.size() == 1, "scaled_grouped_mm: one scale tensor and one recipe for ",
+                  which, ", got ", scales.size(), " and ", recipe.size());
+      TORCH_CHECK_NOT_IMPLEMENTED(recipe[0] == 1, "scaled_grouped_mm on neuron: ", which, " uses recipe ", recipe[0],
+                                  "; grouped products take RowWise scales (ScalingType.RowWise). MX grouped "
+                                  "GEMMs are not supported yet");
     }
-    TORCH_CHECK(a.dim() == 2 && offs.has_value() && offs->defined(), "_scaled_grouped_mm: a 2-D self [total_M, K] "
-                "needs offs (the cumulative end row of each group)");
-    TORCH_CHECK(offs->numel() == G, "_scaled_grouped_mm: offs has ", offs->numel(), " entries for ", G, " groups");
-    TORCH_CHECK(scale_a.numel() == a.size(0), "_scaled_grouped_mm: scale_a must have one scale per row of self (",
-                a.size(0), "), got shape ", scale_a.sizes());
-    Tensor ends = offs->to(at::kLong);
-    Tensor out = at::zeros({a.size(0), N}, a.options().dtype(dt));
-    int64_t start = 0;
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t end = ends[g].item<int64_t>();
-      TORCH_CHECK(start <= end && end <= a.size(0), "_scaled_grouped_mm: offs must be non-decreasing and at most ",
-                  a.size(0), ", got ", end, " after ", start);
-      if (end > start) {
-        out.slice(0, start, end).copy_(scaled_mm_cpu(a.slice(0, start, end), b[g],
-                                                     scale_a.reshape({-1, 1}).slice(0, start, end),
-                                                     scale_b[g].unsqueeze(0), std::nullopt, scale_result, dt));
-      }
-      start = end;
-    }
-    return out;
+    return scaled_grouped_mm_impl("scaled_grouped_mm", a, b, scale_a[0], scale_b[0], offs, bias, std::nullopt,
+                                  out_dtype);
   }
 };
 
@@ -562,6 +649,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                                   const std::optional<Tensor>& sr, std::optional<c10::ScalarType> dt, bool fast) {
     check_fp8_compute("_scaled_grouped_mm", {&a, &b});
     return NeuronKernel<ScaledGroupedMm, false>::run(a, b, sa, sb, offs, bias, sr, dt, fast);
+  });
+  m.impl("_scaled_grouped_mm_v2", [](const Tensor& a, const Tensor& b, at::TensorList sa, at::IntArrayRef ra,
+                                     at::IntArrayRef wa, at::TensorList sb, at::IntArrayRef rb, at::IntArrayRef wb,
+                                     const std::optional<Tensor>& offs, const std::optional<Tensor>& bias,
+                                     std::optional<c10::ScalarType> dt, at::IntArrayRef cdim, bool fast) {
+    check_fp8_compute("scaled_grouped_mm", {&a, &b});
+    return NeuronKernel<ScaledGroupedMmV2, false>::run(a, b, sa, ra, wa, sb, rb, wb, offs, bias, dt, cdim, fast);
   });
 }
 

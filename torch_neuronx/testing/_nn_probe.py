@@ -34,6 +34,8 @@ REFUSED = {
 if not torch.neuron.is_fp8_supported():
     REFUSED["F.scaled_mm"] = ("FP8 compute needs Trainium 3: on trn2 _scaled_mm_v2 raises naming the platform and "
                               "the fix (NEURON_PLATFORM=trn3); on trn3 it runs (docs/fp8.md)")
+    REFUSED["F.scaled_grouped_mm"] = ("FP8 compute needs Trainium 3: on trn2 _scaled_grouped_mm_v2 raises naming the "
+                                      "platform and the fix (NEURON_PLATFORM=trn3); on trn3 it runs (docs/fp8.md)")
 
 
 def case(name: str):

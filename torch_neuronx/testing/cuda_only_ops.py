@@ -34,7 +34,7 @@ NEURON_KERNELS = frozenset({
     "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
-    "record_stream", "_scaled_grouped_mm",
+    "record_stream", "_scaled_grouped_mm", "_scaled_grouped_mm_v2",
 })  # fmt: skip
 
 
@@ -151,7 +151,7 @@ NOTES: dict[str, str] = {
     "baddbmm.dtype_out": "torch.baddbmm(..., out_dtype=, out=) itself",
     "_scaled_grouped_mm": (
         "torch._scaled_grouped_mm itself (MoE code calling it directly): native on trn3, refused on trn2 "
-        "(docs/fp8.md); F.scaled_grouped_mm runs _scaled_grouped_mm_v2, which has no neuron kernel yet"),
+        "(docs/fp8.md); F.scaled_grouped_mm runs _scaled_grouped_mm_v2, native too"),
     "record_stream": (
         "Tensor.record_stream itself; nn.DataParallel's Scatter would record the device's streams, but fails before "
         "that on neuron: torch._C._scatter exists only in CUDA builds of torch"),
