@@ -70,6 +70,27 @@ for (da, db), mode, out_dtype, with_bias, col_major, shape in itertools.product(
     results[key] = dict(device=str(got.device), dtype=str(got.dtype), shape=list(got.shape),
                         within=within, exact=float((diff == 0).float().mean()))
 
+# Every FP8 code decodes exactly (zeros, subnormals, the largest values, NaN): rows of all 256
+# codes times an identity, K-contiguous (the vectorized decode) and not, with and without MX.
+codes = {}
+eye = torch.eye(32).to(E4)
+for dt in (E4, E5):
+    a = torch.arange(256, dtype=torch.uint8).view(dt).reshape(8, 32)
+    want = a.double() @ eye.double()  # inf x 0 in the sum: inf codes give NaN, as IEEE says
+    for layout, x in (("rows", a), ("cols", a.t().contiguous().t())):
+        one = torch.tensor(1.0)
+        got = torch._scaled_mm(x.to("neuron"), eye.to("neuron"), one.to("neuron"), one.to("neuron"),
+                               out_dtype=torch.float32).cpu().double()
+        ok = bool(torch.equal(got.isnan(), want.isnan())) and bool((got[~want.isnan()] == want[~want.isnan()]).all())
+        s8 = torch.full((8, 1), 8.0).to(torch.float8_e8m0fnu)
+        s1 = torch.ones(32, 1).to(torch.float8_e8m0fnu)
+        got = torch._scaled_mm(x.to("neuron"), eye.to("neuron"), to_blocked(s8).to("neuron"), to_blocked(s1).to("neuron"),
+                               out_dtype=torch.float32).cpu().double()
+        ok = ok and bool(torch.equal(got.isnan(), want.isnan())) and bool(
+            (got[~want.isnan()] == 8 * want[~want.isnan()]).all())
+        codes[f"{dt}-{layout}"] = ok
+results["every_code"] = codes
+
 # MX scales so far from 1 that scaled values leave bf16's normal range take the fp32 path; the
 # result is still the reference rounded once.
 extreme = {}
@@ -272,6 +293,11 @@ def test_scaled_mm_every_mode_matches_the_float64_reference(trn3):
 def test_functional_scaled_mm_recipes_match_scaled_mm(trn3):
     assert trn3["results"]["v2"] == {"TensorWise": True, "RowWise": True, "BlockWise1x32": True,
                                      "BlockWise1x32 swizzled": True}
+
+
+def test_every_fp8_code_decodes_exactly(trn3):
+    assert trn3["results"]["every_code"] == {f"torch.float8_{d}-{lay}": True for d in ("e4m3fn", "e5m2")
+                                             for lay in ("rows", "cols")}
 
 
 def test_mx_scales_far_from_one_match_the_reference(trn3):
