@@ -8,18 +8,38 @@ grad-input and grad-weight GEMMs) runs with torchao's device-generic PyTorch cas
 its GEMMs are the device's native MX ``torch._scaled_mm`` (Trainium 3; on Trainium 2 they raise
 the platform error). Other devices, and the EMULATED recipe, reach torchao unchanged.
 
-torchao is imported lazily by users, so the function is replaced when its modules load (an
+Converting a model whose parameters are on ``neuron`` to FP8 or MXFP8 training
+(``convert_to_float8_training``, ``quantize_`` with torchao's training configs) raises the
+platform error at once on Trainium 2, instead of at the first FP8 matmul.
+
+torchao is imported lazily by users, so its functions are wrapped when its modules load (an
 import hook) or at once when they already have.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
+import itertools
 import sys
 
-_MODULES = ("torchao.prototype.moe_training.mxfp8_linear", "torchao.prototype.moe_training.tensor")
-_NAME = "_to_mxfp8_then_scaled_mm"
+_MX_LINEAR = "_to_mxfp8_then_scaled_mm"
+_CONVERT = "convert_to_float8_training"
+
+
+def _on_neuron(module) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.Module) and any(
+        t.device.type == "neuron" for t in itertools.chain(module.parameters(), module.buffers()))
+
+
+def _refuse_on_trn2(what: str, module) -> None:
+    if _on_neuron(module):
+        from torch_neuronx import _C
+
+        _C._check_fp8_platform(what)
 
 
 def _wrap(original):
@@ -37,22 +57,65 @@ def _wrap(original):
                            MXFP8Dim0CastKernelChoice.TORCH, MXFP8Dim1CastKernelChoice.TORCH, scale_calculation_mode,
                            wgrad_with_hp)
 
-    _to_mxfp8_then_scaled_mm.__wrapped__ = original
-    _to_mxfp8_then_scaled_mm.__doc__ = original.__doc__
+    functools.update_wrapper(_to_mxfp8_then_scaled_mm, original)
     _to_mxfp8_then_scaled_mm._torch_neuronx = True
     return _to_mxfp8_then_scaled_mm
 
 
-def _patch(module) -> None:
-    original = getattr(module, _NAME, None)
+def _wrap_convert(original):
+    @functools.wraps(original)
+    def convert_to_float8_training(module, *args, **kwargs):
+        _refuse_on_trn2("convert_to_float8_training", module)
+        return original(module, *args, **kwargs)
+
+    convert_to_float8_training._torch_neuronx = True
+    return convert_to_float8_training
+
+
+def _wrap_handler(original, name):
+    @functools.wraps(original)
+    def handler(module, config, *args, **kwargs):
+        _refuse_on_trn2(f"quantize_ with {name}", module)
+        return original(module, config, *args, **kwargs)
+
+    handler._torch_neuronx = True
+    return handler
+
+
+def _replace(module, name, wrap, source=None) -> None:
+    """Wraps ``module.name`` once; a module that imported the name from ``source`` (already
+    wrapped) gets the same wrapper."""
+    original = getattr(module, name, None)
     if original is None or getattr(original, "_torch_neuronx", False):
         return
-    # Each module holds its own reference (tensor.py imports the name from mxfp8_linear).
-    linear = sys.modules.get(_MODULES[0])
-    wrapped = getattr(linear, _NAME, None) if linear is not None else None
-    if wrapped is None or not getattr(wrapped, "_torch_neuronx", False) or wrapped.__wrapped__ is not original:
-        wrapped = _wrap(original)
-    setattr(module, _NAME, wrapped)
+    done = getattr(sys.modules.get(source), name, None) if source else None
+    if done is None or getattr(done, "__wrapped__", None) is not original:
+        done = wrap(original)
+    setattr(module, name, done)
+
+
+def _patch_training_configs(module) -> None:
+    from torchao.quantization.transform_module import _QUANTIZE_CONFIG_HANDLER
+
+    for cls_name in ("Float8TrainingOpConfig", "MXFP8TrainingOpConfig"):
+        cls = getattr(module, cls_name, None)
+        handler = _QUANTIZE_CONFIG_HANDLER.get(cls)
+        if handler is not None and not getattr(handler, "_torch_neuronx", False):
+            _QUANTIZE_CONFIG_HANDLER[cls] = _wrap_handler(handler, cls_name)
+
+
+_PATCHES = {
+    "torchao.prototype.moe_training.mxfp8_linear": lambda m: _replace(m, _MX_LINEAR, _wrap),
+    "torchao.prototype.moe_training.tensor": lambda m: _replace(
+        m, _MX_LINEAR, _wrap, "torchao.prototype.moe_training.mxfp8_linear"),
+    "torchao.prototype.moe_training.config": _patch_training_configs,
+    "torchao.float8.float8_linear_utils": lambda m: _replace(m, _CONVERT, _wrap_convert),
+    "torchao.float8": lambda m: _replace(m, _CONVERT, _wrap_convert, "torchao.float8.float8_linear_utils"),
+}
+
+
+def _patch(module) -> None:
+    _PATCHES[module.__name__](module)
 
 
 class _Loader(importlib.abc.Loader):
@@ -69,7 +132,7 @@ class _Loader(importlib.abc.Loader):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname not in _MODULES:
+        if fullname not in _PATCHES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
@@ -78,7 +141,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def register() -> None:
-    for name in _MODULES:
+    for name in _PATCHES:
         if name in sys.modules:
             _patch(sys.modules[name])
     if not any(isinstance(f, _Finder) for f in sys.meta_path):

@@ -142,6 +142,8 @@ bool is_fp8(c10::ScalarType t);
 // Raises, naming the platform and the fix, when an op would compute on FP8 operands and the
 // simulated chip (trn2) does not compute in FP8.
 void check_fp8_compute(const char* op, std::initializer_list<const at::Tensor*> tensors);
+// The same refusal for `op` regardless of operands (e.g. converting a model to FP8 training).
+void check_fp8_platform(const char* op);
 
 // ---- stochastic rounding (rounding.cpp) ----------------------------------------
 // NEURON_RT_STOCHASTIC_ROUNDING_EN=1: fp32 -> bf16 / fp8 conversions round stochastically.

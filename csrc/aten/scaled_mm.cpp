@@ -44,7 +44,10 @@ bool is_fp8(c10::ScalarType t) {
 void check_fp8_compute(const char* op, std::initializer_list<const at::Tensor*> tensors) {
   bool fp8 = false;
   for (const at::Tensor* t : tensors) fp8 = fp8 || (t->defined() && is_fp8(t->scalar_type()));
-  if (!fp8) return;
+  if (fp8) check_fp8_platform(op);
+}
+
+void check_fp8_platform(const char* op) {
   const auto& chip = *neuron::rt::platform().chip;
   TORCH_CHECK(chip.supports_fp8, op, ": FP8 compute needs Trainium 3, but the simulated platform is ", chip.name,
               " (", chip.core_name, "), which does not compute in FP8. Set NEURON_PLATFORM=trn3 (or run on a "

@@ -84,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_check_device", [](int d) { check_device_index(static_cast<c10::DeviceIndex>(d)); });
   m.def("_platform", &platform_dict);
+  m.def("_check_fp8_platform", [](const std::string& op) { check_fp8_platform(op.c_str()); });
   m.def("_device_properties", &device_dict);
 
   m.def("_device_memory_info", [](int d) {
