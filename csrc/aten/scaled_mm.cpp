@@ -239,44 +239,47 @@ void epilogue_block(T* out, int64_t ldo, const float* acc, int64_t lda, int64_t 
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// 32 FP8 codes (one MX block when scaled) -> 32 bf16 in 16-bit lanes, which read as 32-bit words
-// are 16 (k even, k odd) pairs. The magnitude bits index a 128-entry table (four registers of
-// 32), the sign is copied; an MX scale 2^e adds e to the exponent of finite non-zero values
-// (exact: they stay normal, see mx_fits_bf16).
-struct Bf16Lut {
-  __m512i t[4];
-};
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) Bf16Lut make_lut(const uint16_t* bf) {
-  Bf16Lut l;
-  for (int q = 0; q < 4; ++q) l.t[q] = _mm512_loadu_si512(bf + 32 * q);  // codes 0..127: sign clear
-  return l;
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i decode32(const Bf16Lut& l, const uint8_t* src,
-                                                                      __mmask32 live, int scale_exp) {
-  const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, src));
-  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
-  const __m512i lo = _mm512_permutex2var_epi16(l.t[0], mag, l.t[1]);
-  const __m512i hi = _mm512_permutex2var_epi16(l.t[2], mag, l.t[3]);
-  __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
-  if (scale_exp != 0) {
-    const __m512i e = _mm512_and_si512(r, _mm512_set1_epi16(0x7f80));
-    const __mmask32 finite_nonzero = _mm512_cmpneq_epi16_mask(e, _mm512_setzero_si512()) &
-                                     _mm512_cmpneq_epi16_mask(e, _mm512_set1_epi16(0x7f80));
-    r = _mm512_mask_add_epi16(r, finite_nonzero, r, _mm512_set1_epi16(static_cast<int16_t>(scale_exp * 128)));
+// FP8 codes [k0, k1) of one row (contiguous; k0 a multiple of 32) -> bf16, 32 at a time, as
+// (k even, k odd) pair words into dst. The magnitude bits index a 128-entry table (four
+// registers of 32), the sign is copied; an MX scale 2^e adds e to the exponent of finite non-zero
+// values (exact: they stay normal, see mx_fits_bf16). Codes past K (odd K's pad) are zero.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void decode_row_avx512(const uint16_t* bf, const uint8_t* row,
+                                                                            int64_t K, int64_t k0, int64_t k1,
+                                                                            const uint8_t* mx_row, uint32_t* dst) {
+  const __m512i t0 = _mm512_loadu_si512(bf), t1 = _mm512_loadu_si512(bf + 32), t2 = _mm512_loadu_si512(bf + 64),
+                t3 = _mm512_loadu_si512(bf + 96);
+  for (int64_t k = k0; k < k1; k += 32) {
+    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(32, K - k));
+    const __mmask32 live = n == 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+    const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, row + k));
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
+    __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)),
+                                        _mm512_permutex2var_epi16(t0, mag, t1), _mm512_permutex2var_epi16(t2, mag, t3));
+    if (mx_row) {
+      const __m512i e = _mm512_and_si512(r, _mm512_set1_epi16(0x7f80));
+      const __mmask32 finite_nonzero = _mm512_cmpneq_epi16_mask(e, _mm512_setzero_si512()) &
+                                       _mm512_cmpneq_epi16_mask(e, _mm512_set1_epi16(0x7f80));
+      const int shift = (static_cast<int>(mx_row[k / 32]) - 127) * 128;
+      r = _mm512_mask_add_epi16(r, finite_nonzero, r, _mm512_set1_epi16(static_cast<int16_t>(shift)));
+    }
+    r = _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
+    _mm512_storeu_si512(dst + (k - k0) / 2, r);
   }
-  return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
 }
+#endif
 
-// pack_fp8 for rows contiguous along K: each row's chunk decoded 32 codes at a time into a
-// staging block, then transposed into the panel.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_fp8_rows_avx512(
-    const uint8_t* x, int64_t R, int64_t K, int64_t sr, const uint16_t* bf, const uint8_t* mx, int64_t P,
-    uint32_t* out, int64_t pb, int64_t pe) {
+// Packs x [R, K] (FP8 codes, strides sr / sk; with MX, each value times 2^e of its block scale
+// mx[r, k / 32]) into panels of P rows of bf16 pairs, the layout of cpu/gemm_bf16.h: panels
+// [pb, pe). Pairs go in chunks of 64: every row's chunk is decoded into a staging block (AVX-512
+// for K-contiguous rows), then transposed into the panel. The scaled values must be normal bf16
+// (mx_fits_bf16); callers checked AVX-512.
+void pack_fp8(const uint8_t* x, int64_t R, int64_t K, int64_t sr, int64_t sk, bool e5m2, const uint8_t* mx,
+              int64_t P, uint32_t* out, int64_t pb, int64_t pe) {
   const int64_t K2 = neuron::cpu::k_pairs(K), blocks = K / 32;
-  const Bf16Lut lut = make_lut(bf);
-  constexpr int64_t kChunk = 64;  // pairs: 128 codes, four MX blocks
+  const uint16_t* bf = e5m2 ? tables().e5m2_bf16 : tables().e4m3fn_bf16;
+  const float* f32 = e5m2 ? tables().e5m2 : tables().e4m3fn;
+  const float* e8m0 = tables().e8m0;
+  constexpr int64_t kChunk = 64;
   alignas(64) uint32_t stage[neuron::cpu::kTileCols][kChunk];
   for (int64_t p = pb; p < pe; ++p) {
     uint32_t* o = out + p * P * K2;
@@ -284,64 +287,32 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_fp8_rows_avx512(
       const int64_t c1 = std::min(K2, c0 + kChunk);
       for (int64_t i = 0; i < P; ++i) {
         const int64_t r = p * P + i;
-        for (int64_t k = 2 * c0; k < 2 * c1; k += 32) {
-          __m512i v = _mm512_setzero_si512();
-          if (r < R && k < K) {
-            const int64_t n = std::min<int64_t>(32, K - k);
-            const __mmask32 live = n == 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-            v = decode32(lut, x + r * sr + k, live, mx ? static_cast<int>(mx[r * blocks + k / 32]) - 127 : 0);
+        uint32_t* st = stage[i];
+        if (r >= R) {
+          std::fill(st, st + (c1 - c0), 0u);
+          continue;
+        }
+        const uint8_t* row = x + r * sr;
+        const uint8_t* sc = mx ? mx + r * blocks : nullptr;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (sk == 1) {
+          decode_row_avx512(bf, row, K, 2 * c0, 2 * c1, sc, st);
+          continue;
+        }
+#endif
+        for (int64_t kp = c0; kp < c1; ++kp) {
+          const int64_t k = 2 * kp;
+          if (sc) {  // K is a multiple of 32 here
+            const float s = e8m0[sc[k / 32]];
+            st[kp - c0] = (float_bits(f32[row[k * sk]] * s) >> 16) | (float_bits(f32[row[(k + 1) * sk]] * s) & 0xffff0000u);
+          } else {
+            st[kp - c0] = bf[row[k * sk]] | (k + 1 < K ? static_cast<uint32_t>(bf[row[(k + 1) * sk]]) << 16 : 0u);
           }
-          _mm512_store_si512(&stage[i][(k - 2 * c0) / 2], v);
         }
       }
       for (int64_t kp = c0; kp < c1; ++kp) {
         uint32_t* dst = o + kp * P;
         for (int64_t i = 0; i < P; ++i) dst[i] = stage[i][kp - c0];
-      }
-    }
-  }
-}
-#endif
-
-// Packs x [R, K] (FP8 codes, strides sr / sk; with MX, each value times 2^e of its block scale
-// mx[r, k / 32]) into panels of P rows of bf16 pairs, the layout of cpu/gemm_bf16.h: panels
-// [pb, pe). The scaled values must be normal bf16 (mx_fits_bf16).
-void pack_fp8(const uint8_t* x, int64_t R, int64_t K, int64_t sr, int64_t sk, bool e5m2, const uint8_t* mx,
-              int64_t P, uint32_t* out, int64_t pb, int64_t pe) {
-  const uint16_t* bf = e5m2 ? tables().e5m2_bf16 : tables().e4m3fn_bf16;
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (sk == 1) return pack_fp8_rows_avx512(x, R, K, sr, bf, mx, P, out, pb, pe);  // callers checked AVX-512
-#endif
-  const int64_t K2 = neuron::cpu::k_pairs(K), blocks = K / 32;
-  const float* f32 = e5m2 ? tables().e5m2 : tables().e4m3fn;
-  const float* e8m0 = tables().e8m0;
-  // Pairs in chunks of 64 (a few KB of the panel) so every row's writes into the chunk hit L1.
-  constexpr int64_t kChunk = 64;
-  for (int64_t p = pb; p < pe; ++p) {
-    uint32_t* o = out + p * P * K2;
-    for (int64_t c0 = 0; c0 < K2; c0 += kChunk) {
-      const int64_t c1 = std::min(K2, c0 + kChunk);
-      for (int64_t i = 0; i < P; ++i) {
-        const int64_t r = p * P + i;
-        if (r >= R) {
-          for (int64_t kp = c0; kp < c1; ++kp) o[kp * P + i] = 0;
-          continue;
-        }
-        const uint8_t* row = x + r * sr;
-        if (mx) {
-          const uint8_t* sc = mx + r * blocks;
-          for (int64_t kp = c0; kp < c1; ++kp) {  // K is a multiple of 32 here
-            const float s = e8m0[sc[kp / 16]];
-            o[kp * P + i] = (float_bits(f32[row[2 * kp * sk]] * s) >> 16) |
-                            (float_bits(f32[row[(2 * kp + 1) * sk]] * s) & 0xffff0000u);
-          }
-        } else {
-          const int64_t whole = std::min(c1, K / 2);
-          for (int64_t kp = c0; kp < whole; ++kp) {
-            o[kp * P + i] = bf[row[2 * kp * sk]] | (static_cast<uint32_t>(bf[row[(2 * kp + 1) * sk]]) << 16);
-          }
-          if (whole < c1) o[(K2 - 1) * P + i] = bf[row[(K - 1) * sk]];  // odd K: the last pair's high half is 0
-        }
       }
     }
   }
