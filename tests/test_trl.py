@@ -183,6 +183,120 @@ def test_dpo_on_neuron_matches_cpu(tmp_path, precision):
         assert rel_err(q, p) < tol["atol"], (name, rel_err(q, p))
 
 
+# ---- more TRL trainers and data formats, one process, fp32 against the CPU ------------------------
+
+
+def prompt_completion_dataset(n: int = 32):
+    from datasets import Dataset
+
+    p = preference_dataset(n)
+    return Dataset.from_dict({"prompt": list(p["prompt"]), "completion": list(p["chosen"])})
+
+
+def unpaired_preference_dataset(n: int = 16):
+    from datasets import Dataset
+
+    p = preference_dataset(n)
+    return Dataset.from_dict({"prompt": list(p["prompt"]) * 2, "completion": list(p["chosen"]) + list(p["rejected"]),
+                              "label": [True] * n + [False] * n})
+
+
+def _sft_packed(tok, args):
+    return SFTTrainer(model=tiny_qwen3(tok), args=SFTConfig(**args, packing=True, max_length=32),
+                      train_dataset=text_dataset(64), processing_class=tok)
+
+
+def _sft_prompt_completion(tok, args):
+    return SFTTrainer(model=tiny_qwen3(tok), args=SFTConfig(**args), train_dataset=prompt_completion_dataset(),
+                      processing_class=tok)
+
+
+def _dpo_lora_ipo(tok, args):
+    # With a PEFT model the reference is the base model with the adapter disabled.
+    return DPOTrainer(model=tiny_qwen3(tok), args=DPOConfig(**args, loss_type=["ipo"]),
+                      train_dataset=preference_dataset(32), processing_class=tok,
+                      peft_config=LoraConfig(r=8, target_modules="all-linear", lora_dropout=0.0))
+
+
+def _reward(tok, args):
+    from transformers import Qwen3ForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    from _tiny_qwen3 import tiny_qwen3_config
+
+    torch.manual_seed(0)
+    model = Qwen3ForSequenceClassification(tiny_qwen3_config(tok, num_labels=1))
+    return RewardTrainer(model=model, args=RewardConfig(**args), train_dataset=preference_dataset(32),
+                         processing_class=tok)
+
+
+def _kto(tok, args):
+    from trl import KTOConfig, KTOTrainer
+
+    model = tiny_qwen3(tok)
+    return KTOTrainer(model=model, ref_model=copy.deepcopy(model), args=KTOConfig(**args),
+                      train_dataset=unpaired_preference_dataset(), processing_class=tok)
+
+
+MORE_TRAINERS = {"sft_packed": (_sft_packed, 1e-2), "sft_prompt_completion": (_sft_prompt_completion, 1e-2),
+                 "dpo_lora_ipo": (_dpo_lora_ipo, 1e-2), "reward": (_reward, 1e-3), "kto": (_kto, 1e-3)}
+
+
+@pytest.mark.parametrize("case", list(MORE_TRAINERS))
+def test_more_trainers_match_cpu(tmp_path, case):
+    make, lr = MORE_TRAINERS[case]
+    tok = make_tokenizer()
+    runs = {}
+    for use_cpu in (False, True):
+        reset_accelerate()
+        pad = dict(pad_to_multiple_of=128) if use_cpu else {}
+        args = common_args(tmp_path / str(use_cpu), use_cpu, "fp32", max_steps=4, learning_rate=lr, **pad)
+        trainer = make(tok, args)
+        assert trainer.args.device.type == ("cpu" if use_cpu else "neuron")
+        trainer.train()
+        runs[use_cpu] = (trainer, logged(trainer, "loss"))
+    (dev, losses), (cpu, cpu_losses) = runs[False], runs[True]
+    assert all(p.device == NEURON for p in dev.model.parameters())
+    assert len(losses) == 4 and len(set(losses)) > 1, losses  # it trained
+    assert_close_list(losses, cpu_losses, atol=1e-5, rtol=1e-5, what=f"{case} loss")
+    for (name, p), q in zip(cpu.model.named_parameters(), dev.model.parameters()):
+        assert rel_err(q, p) < 1e-5, (name, rel_err(q, p))
+
+
+def test_grpo_generates_and_trains_on_neuron(tmp_path):
+    """Online RL: GRPO samples completions with ``generate`` on neuron, scores them with a reward
+    function and takes policy-gradient steps. Sampling draws from neuron's generator, so the run
+    is not compared with the CPU's; the checks are on what it produced."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = make_tokenizer()
+    seen = []
+
+    def counts_up(completions, **kwargs):
+        seen.extend(completions)
+        scores = []
+        for c in completions:
+            w = [int(x) for x in c.split() if x.isdigit()]
+            scores.append(float(sum(b == a + 1 for a, b in zip(w, w[1:]))))
+        return scores
+
+    prompts = Dataset.from_dict({"prompt": list(preference_dataset(16)["prompt"])})
+    args = GRPOConfig(**common_args(tmp_path, False, "default", per_device_train_batch_size=8, num_generations=4,
+                                    max_completion_length=6, max_steps=3, learning_rate=1e-3))
+    trainer = GRPOTrainer(model=tiny_qwen3(tok), reward_funcs=counts_up, args=args, train_dataset=prompts,
+                          processing_class=tok)
+    before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.args.device == NEURON and trainer.accelerator.mixed_precision == "bf16"
+    assert len(seen) == 3 * 8 and all(isinstance(c, str) for c in seen)
+    lengths = logged(trainer, "completions/mean_length")
+    assert lengths and all(0 < v <= 6 for v in lengths), lengths
+    assert all(math.isfinite(v) for v in logged(trainer, "loss") + logged(trainer, "reward"))
+    moved = max((p.detach().cpu() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())
+    assert moved > 0, "no weight changed"
+
+
 # ---- SFT, TP 2 x FSDP 2 on four processes ------------------------------------------------------
 
 TP_STEPS, TP_BATCH, TP_LR = 4, 4, 3e-3  # TP_BATCH per data-parallel group: global batch 8
