@@ -10,10 +10,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-from _dist import torchrun
+from _dist import DIST_DIR, remove_leaked, run_session, shm_entries, torchrun
 from _tiny_llama import NEURON
 from _tiny_qwen3 import conversation_dataset, make_tokenizer, preference_dataset, text_dataset, tiny_qwen3
 
@@ -347,3 +350,76 @@ def test_sft_tp2_fsdp2_four_processes_match_one_process(tmp_path):
     assert bf16["losses"] != fp32["losses"]  # autocast really ran (rounding differs)
     assert_close_list(bf16["losses"], ref_losses, atol=1e-2, what="TPxFSDP bf16 loss")
     assert bf16["losses"][-1] < bf16["losses"][0] - 0.3, bf16["losses"]
+
+
+# ---- SFT with LoRA under accelerate's FSDP2 plugin, two processes ---------------------------------
+
+
+def accelerate_launch(script: str, nprocs: int, launch_args: list[str], script_args: list[str], hf_home: Path,
+                      timeout: float = 240) -> str:
+    """``accelerate launch --num_processes N <launch_args> tests/dist/<script> <script_args>`` with
+    OMP_NUM_THREADS=1, a free port, an empty HF_HOME (no user accelerate config), no Hub; fails on a
+    non-zero exit, a timeout or shared memory left behind."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
+               HF_HUB_DISABLE_TELEMETRY="1", ACCELERATE_DISABLE_RICH="1")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nprocs),
+           "--main_process_port", "0", *launch_args, str(DIST_DIR / script), *script_args]
+    before = shm_entries()
+    rc, out = run_session(cmd, env, timeout, f"accelerate launch {script}")
+    leaked = remove_leaked(before)
+    assert not leaked, f"{script} left shared memory behind: {leaked}\n{out}"
+    assert rc == 0, f"accelerate launch {script} exited with {rc}\n{out}"
+    return out
+
+
+def test_sft_lora_fsdp2_accelerate_two_processes_match_one_process(tmp_path):
+    """TRL's own FSDP2 accelerate config (``trl/accelerate_configs/fsdp2.yaml``) with a LoRA adapter
+    on 2 neuron processes (tests/dist/trl_fsdp_lora.py) against one CPU process on the same global
+    batches. ``--mixed_precision no`` overrides the config's bf16 so that the two agree to rounding."""
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config_file = Path(trl.__file__).parent / "accelerate_configs" / "fsdp2.yaml"
+    assert config_file.is_file(), config_file
+    tok = make_tokenizer()
+    model_dir = tmp_path / "tiny-qwen3"
+    tiny_qwen3(tok, seed=0).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out_json = tmp_path / "run" / "result.json"
+    out_json.parent.mkdir()
+    (tmp_path / "hf_home").mkdir()
+    out = accelerate_launch("trl_fsdp_lora.py", 2, ["--config_file", str(config_file), "--mixed_precision", "no"],
+                            [str(model_dir), str(out_json), "--steps", "4", "--batch", "4", "--lr", "2e-2"],
+                            tmp_path / "hf_home")
+    for r in range(2):
+        assert f"rank {r}: ok" in out, out
+    result = json.loads(out_json.read_text())
+    assert result["frozen_ok"], "a base weight was trainable"
+
+    # Oracle: one CPU process with the whole global batch (2 x 4) per step.
+    ref_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(0)  # the adapter's initialisation, as in the worker
+    args = SFTConfig(**common_args(tmp_path / "cpu", True, "fp32", max_steps=4, learning_rate=2e-2,
+                                   per_device_train_batch_size=8, gradient_checkpointing=False, warmup_steps=0,
+                                   pad_to_multiple_of=128))
+    ref = SFTTrainer(model=ref_model, args=args, train_dataset=text_dataset(64),
+                     processing_class=AutoTokenizer.from_pretrained(model_dir),
+                     peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0))
+    ref.train()
+    ref_losses = logged(ref, "loss")
+    assert ref_losses[-1] < ref_losses[0] - 0.1, ref_losses
+    assert_close_list(result["losses"], ref_losses, atol=1e-5, rtol=1e-5, what="FSDP2 LoRA loss")
+
+    ref_params = {n: p.detach() for n, p in ref.model.named_parameters() if "lora_" in n}
+    assert result["adapters"].keys() == ref_params.keys() and ref_params
+    for name, values in result["adapters"].items():
+        got = torch.tensor(values)
+        torch.testing.assert_close(got, ref_params[name], atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+        assert rel_err(got, ref_params[name]) < 1e-5, (name, rel_err(got, ref_params[name]))
+    # The adapter that trainer.save_model wrote holds the same trained weights.
+    saved = load_file(out_json.parent / "adapter" / "adapter_model.safetensors")
+    assert len(saved) == len(ref_params)
+    for name, t in saved.items():
+        key = name.replace(".weight", ".default.weight")
+        torch.testing.assert_close(t, ref_params[key], atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
