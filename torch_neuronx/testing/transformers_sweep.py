@@ -35,20 +35,24 @@ import inspect
 import json
 import sys
 import time
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from torch_neuronx.testing import compare, map_tensors, model_tolerance, run_isolated, to_cpu
+from torch_neuronx.testing import compare, map_tensors, model_tolerance, to_cpu
 from torch_neuronx.testing._pool import positive
+from torch_neuronx.testing._sweep import (
+    cell as _cell, count_statuses, diff_problem, error_text as _error_text, failure_lines,
+    grad_presence as _compare_grads, run_stage, run_with_progress, settle, short_ops as _short_ops,
+    unrunnable_lines, without_none_grads as _without_none,
+)
+from torch_neuronx.testing._sweep import record_from_outcome as _record_from_outcome
 
 DEVICE = "neuron"
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
 STAGES = ("setup", "forward", "backward", "step", "generate", "bf16", "compiled")
-STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
 # lr and weight decay as a typical fine-tune; eps 1e-6 rather than 1e-8 because Adam's first
 # step is ~lr * g / (|g| + eps): for a parameter whose gradient is ~1e-9, a rounding-level
 # difference in g would otherwise move the update by a sizeable fraction of lr.
@@ -84,20 +88,6 @@ def _worker_setup() -> None:
     # the first architecture's timeout.
     _quiet()
     from transformers import AutoModelForCausalLM  # noqa: F401
-
-
-def _error_text(e: BaseException) -> str:
-    """``Type: first line of the message`` plus where it was raised (last frame)."""
-    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
-    msg = lines[0] if lines else ""
-    if msg.endswith(":") and len(lines) > 1:  # "backend='neuron' raised:" and the cause on the next line
-        msg += " " + lines[1]
-    frames = traceback.extract_tb(e.__traceback__)
-    where = ""
-    if frames:
-        f = frames[-1]
-        where = f" [{Path(f.filename).name}:{f.lineno} in {f.name}]"
-    return f"{type(e).__name__}: {msg[:400]}{where}"
 
 
 def _build(model_type: str):
@@ -277,16 +267,6 @@ def _stage_generate(model, batch: dict) -> dict:
     return {"sequences": sequences.detach(), "logits": logits}
 
 
-def _compare_grads(dev: dict, ref: dict, ref_name: str = "CPU") -> str | None:
-    """The first parameter whose gradient is None on one side only, else None."""
-    for name, g in ref.items():
-        d = dev.get(name)
-        if (g is None) != (d is None):
-            return f"grad of {name} is {'None' if d is None else 'a tensor'} on neuron, " \
-                   f"{'None' if g is None else 'a tensor'} on {ref_name}"
-    return None
-
-
 def _generate_mismatch(dev: dict, ref: dict) -> str:
     """Which token differs first, and how close the CPU's top two logits were there."""
     a, e = dev["sequences"].cpu(), ref["sequences"]
@@ -393,17 +373,9 @@ def _check(model_type: str, record: dict) -> None:
         tol = dict(tolerance=model_tolerance)
 
         def run(stage: str, fn, check) -> dict | None:
-            try:
-                out = fn()
-            except Exception as e:
-                stages[stage] = f"fail: {_error_text(e)}"
-                return None
-            problem = check(out)
-            stages[stage] = "pass" if problem is None else f"fail: {problem}"
-            return out
+            return run_stage(stages, stage, fn, check)
 
-        def diff_or_none(d):
-            return None if d.ok else d.summary()
+        diff_or_none = diff_problem
 
         run("forward", lambda: _stage_forward(device_model, dtrain),
             lambda out: diff_or_none(compare(out, ref["forward"], **tol)))
@@ -440,13 +412,7 @@ def _check(model_type: str, record: dict) -> None:
 
             run("step", step, lambda out: diff_or_none(compare(out, ref["step"], **tol)))
     finally:
-        record["fallback_ops"] = dict(sorted(torch.neuron.get_fallback_ops().items()))
-        record["stages"] = {s: stages[s] for s in STAGES if s in stages}
-        first = next((s for s in STAGES if str(stages.get(s, "")).startswith("fail")), None)
-        if first is not None:
-            record.update(status="fail", stage=first, reason=stages[first][len("fail: "):])
-        elif record["status"] == "pass":
-            record["reason"] = "; ".join(f"{s} {stages[s]}" for s in STAGES if str(stages.get(s, "")).startswith("n/a"))
+        settle(record, STAGES)
 
 
 def _bf16_inputs(batch: dict) -> dict:
@@ -455,50 +421,27 @@ def _bf16_inputs(batch: dict) -> dict:
     return map_tensors(batch, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t)
 
 
-def _without_none(out: dict) -> dict:
-    return {**out, "grads": {k: v for k, v in out["grads"].items() if v is not None}}
-
-
 # ---- report -----------------------------------------------------------------------------
 
 def record_from_outcome(outcome) -> dict:
     """The result record for one ``run_isolated`` outcome; a crash, a timeout or an exception
     escaping the check is never a pass."""
-    if outcome.kind == "ok":
-        return outcome.value
-    status = {"crash": "crash", "timeout": "timeout"}.get(outcome.kind, "fail")
-    reason = outcome.error.strip().splitlines()[0] if outcome.error.strip() else outcome.kind
-    return {"arch": outcome.item, "status": status, "stage": None if status != "fail" else "harness",
-            "reason": reason, "stages": {}, "fallback_ops": {}, "seconds": round(outcome.seconds, 2),
-            "params": 0, "notes": []}
+    return _record_from_outcome(outcome, "arch")
 
 
 def summarize(records: list[dict]) -> dict:
     """Counts per status and the pass rate over the architectures that run on CPU."""
-    counts = {s: 0 for s in STATUSES}
-    for r in records:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    runnable = len(records) - counts["cpu-unrunnable"]
+    counts = count_statuses(records)
+    runnable = counts["runnable"]
     # The compiled stage on its own (issue targets are per stage): failing an eager stage first
     # does not hide whether the architecture compiles.
     compiled = sum(1 for r in records if r.get("stages", {}).get("compiled") == "pass")
     eager = sum(1 for r in records if r["status"] == "pass" or (r["status"] == "fail" and r["stage"] == "compiled"))
     breaks = [r for r in records if (r.get("dynamo") or {}).get("graph_breaks")]
-    return {"total": len(records), **counts, "runnable": runnable,
-            "pass_rate": (counts["pass"] / runnable) if runnable else 0.0,
+    return {**counts,
             "eager_pass": eager, "eager_pass_rate": (eager / runnable) if runnable else 0.0,
             "compiled_pass": compiled, "compiled_pass_rate": (compiled / runnable) if runnable else 0.0,
             "with_graph_breaks": len(breaks), "graph_breaks": sum(r["dynamo"]["graph_breaks"] for r in breaks)}
-
-
-def _short_ops(ops: dict) -> str:
-    names = [k.replace("aten::", "") for k in ops]
-    return ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
-
-
-def _cell(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _versions() -> dict:
@@ -546,17 +489,7 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         out.append(f"| {r['arch']} | {r['status']} | {_cell(detail)} | {_cell(_short_ops(r['fallback_ops']), 80)} "
                    f"| {breaks} | {r['seconds']:.1f} |")
     # Failures grouped by cause: the same status, stage and error text.
-    causes: dict[tuple, list[str]] = {}
-    for r in sorted(records, key=lambda r: r["arch"]):
-        if r["status"] in ("fail", "crash", "timeout"):
-            causes.setdefault((r["status"], r["stage"], r["reason"]), []).append(r["arch"])
-    out += ["", "## Failures", ""]
-    if not causes:
-        out.append("None.")
-    for (status, stage, reason), archs in sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
-        out.append(f"- {status} at stage {stage}, {len(archs)} architecture{'s' if len(archs) > 1 else ''}: "
-                   f"`{_cell(reason, 600).replace('`', '')}`  ")
-        out.append(f"  {', '.join(archs)}")
+    out += ["", "## Failures", ""] + failure_lines(records, "arch", "architecture")
     not_compiled = [r for r in records if r["status"] != "cpu-unrunnable" and r["stages"].get("compiled") != "pass"]
     out += ["", "## Compiled stage not passing", ""]
     if not not_compiled:
@@ -564,12 +497,7 @@ def render_markdown(records: list[dict], meta: dict) -> str:
     for r in sorted(not_compiled, key=lambda r: r["arch"]):
         why = r["stages"].get("compiled") or (f"{r['status']}: {r['reason']}" if r["status"] != "pass" else "not run")
         out.append(f"- **{r['arch']}**: {_cell(why, 600)}")
-    unrunnable = [r for r in records if r["status"] == "cpu-unrunnable"]
-    out += ["", "## CPU-unrunnable", ""]
-    if not unrunnable:
-        out.append("None.")
-    for r in sorted(unrunnable, key=lambda r: r["arch"]):
-        out.append(f"- **{r['arch']}**: {_cell(r['reason'], 600)}")
+    out += ["", "## CPU-unrunnable", ""] + unrunnable_lines(records, "arch")
     for stage, title in (("generate", "Generate"), ("bf16", "bfloat16 forward")):
         na = [r for r in records if str(r["stages"].get(stage, "")).startswith("n/a")]
         if na:
@@ -592,22 +520,8 @@ def write_report(records: list[dict], out_dir: str | Path, meta: dict) -> tuple[
 
 
 def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
-    from tqdm import tqdm
-
-    records: list[dict] = []
-    bar = tqdm(total=len(names), disable=not progress, unit="arch", dynamic_ncols=True)
-    try:
-        for outcome in run_isolated(check_one_arch, names, workers=workers, timeout=timeout,
-                                    initializer=_worker_setup):
-            r = record_from_outcome(outcome)
-            records.append(r)
-            s = summarize(records)
-            bar.set_postfix_str(f"pass {s['pass']} fail {s['fail']} crash {s['crash']} "
-                                f"timeout {s['timeout']} cpu-unrunnable {s['cpu-unrunnable']} | {r['arch']}")
-            bar.update(1)
-    finally:
-        bar.close()
-    return records
+    return run_with_progress(check_one_arch, names, workers=workers, timeout=timeout, initializer=_worker_setup,
+                             key="arch", unit="arch", summarize=summarize, progress=progress)
 
 
 def main(argv: list[str] | None = None) -> int:

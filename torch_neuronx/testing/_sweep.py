@@ -1,0 +1,165 @@
+"""Pieces shared by the model sweeps (``transformers_sweep``, ``diffusers_sweep``).
+
+A model sweep builds each model tiny and random, runs it on CPU and on ``neuron`` with the
+same weights and inputs, and records one result per model: a plain dict with ``status``
+(one of ``STATUSES``), the failing ``stage`` and its ``reason``, every stage's outcome, the
+ops that went through the generic fallback, and timings. Each model runs in a worker
+process (``run_isolated``), so a crash or a hang is recorded for that model only. What
+differs between sweeps (which models, which stages) stays in the sweep; the record
+bookkeeping, the stage runner, the progress bar and the report helpers live here.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from torch_neuronx.testing._compare import Diff
+from torch_neuronx.testing._pool import run_isolated
+
+STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
+NOT_PASSING = ("fail", "crash", "timeout")
+
+
+def error_text(e: BaseException) -> str:
+    """``Type: first line of the message`` plus where it was raised (last frame)."""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    msg = lines[0] if lines else ""
+    if msg.endswith(":") and len(lines) > 1:  # "backend='neuron' raised:" and the cause on the next line
+        msg += " " + lines[1]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" [{Path(f.filename).name}:{f.lineno} in {f.name}]"
+    return f"{type(e).__name__}: {msg[:400]}{where}"
+
+
+def diff_problem(d: Diff) -> str | None:
+    """None when ``d`` is a match, else its summary."""
+    return None if d.ok else d.summary()
+
+
+def grad_presence(dev: dict, ref: dict, ref_name: str = "CPU") -> str | None:
+    """The first parameter whose gradient is None on one side only, else None."""
+    for name, g in ref.items():
+        d = dev.get(name)
+        if (g is None) != (d is None):
+            return f"grad of {name} is {'None' if d is None else 'a tensor'} on neuron, " \
+                   f"{'None' if g is None else 'a tensor'} on {ref_name}"
+    return None
+
+
+def without_none_grads(out: dict) -> dict:
+    """``out`` with the parameters that got no gradient left out of ``out["grads"]``."""
+    return {**out, "grads": {k: v for k, v in out["grads"].items() if v is not None}}
+
+
+def run_stage(stages: dict, stage: str, fn: Callable[[], Any], check: Callable[[Any], str | None]) -> Any:
+    """Runs one device stage: ``stages[stage]`` becomes ``pass`` or ``fail: <why>`` (raised, or
+    what ``check`` found wrong with the result). Returns the result, or None when it raised."""
+    try:
+        out = fn()
+    except Exception as e:
+        stages[stage] = f"fail: {error_text(e)}"
+        return None
+    problem = check(out)
+    stages[stage] = "pass" if problem is None else f"fail: {problem}"
+    return out
+
+
+def settle(record: dict, order: tuple[str, ...]) -> None:
+    """Final bookkeeping of a record after its device run: the fallback ops it used, its stages
+    in ``order``, and its status from the first failing stage (``n/a`` stages named in the reason
+    of a pass)."""
+    stages = record["stages"]
+    record["fallback_ops"] = dict(sorted(torch.neuron.get_fallback_ops().items()))
+    record["stages"] = {s: stages[s] for s in order if s in stages}
+    first = next((s for s in order if str(stages.get(s, "")).startswith("fail")), None)
+    if first is not None:
+        record.update(status="fail", stage=first, reason=stages[first][len("fail: "):])
+    elif record["status"] == "pass":
+        record["reason"] = "; ".join(f"{s} {stages[s]}" for s in order if str(stages.get(s, "")).startswith("n/a"))
+
+
+def record_from_outcome(outcome, key: str) -> dict:
+    """The result record for one ``run_isolated`` outcome (the item's name under ``key``); a
+    crash, a timeout or an exception escaping the check is never a pass."""
+    if outcome.kind == "ok":
+        return outcome.value
+    status = {"crash": "crash", "timeout": "timeout"}.get(outcome.kind, "fail")
+    reason = outcome.error.strip().splitlines()[0] if outcome.error.strip() else outcome.kind
+    return {key: outcome.item, "status": status, "stage": None if status != "fail" else "harness",
+            "reason": reason, "stages": {}, "fallback_ops": {}, "seconds": round(outcome.seconds, 2),
+            "params": 0, "notes": []}
+
+
+def count_statuses(records: list[dict]) -> dict:
+    """Counts per status, and the pass rate over the models that run on CPU."""
+    counts = {s: 0 for s in STATUSES}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    runnable = len(records) - counts["cpu-unrunnable"]
+    return {"total": len(records), **counts, "runnable": runnable,
+            "pass_rate": (counts["pass"] / runnable) if runnable else 0.0}
+
+
+def short_ops(ops: dict) -> str:
+    names = [k.replace("aten::", "") for k in ops]
+    return ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
+
+
+def cell(text: str, limit: int = 160) -> str:
+    """``text`` as one markdown table cell: one line, pipes escaped, at most ``limit`` characters."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failure_lines(records: list[dict], key: str, noun: str) -> list[str]:
+    """Markdown list of the failures grouped by cause (status, stage, reason), largest group first."""
+    causes: dict[tuple, list[str]] = {}
+    for r in sorted(records, key=lambda r: r[key]):
+        if r["status"] in NOT_PASSING:
+            causes.setdefault((r["status"], r["stage"], r["reason"]), []).append(r[key])
+    if not causes:
+        return ["None."]
+    out = []
+    for (status, stage, reason), names in sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+        out.append(f"- {status} at stage {stage}, {len(names)} {noun}{'s' if len(names) > 1 else ''}: "
+                   f"`{cell(reason, 600).replace('`', '')}`  ")
+        out.append(f"  {', '.join(names)}")
+    return out
+
+
+def unrunnable_lines(records: list[dict], key: str) -> list[str]:
+    """Markdown list of the models whose CPU reference could not run, with why."""
+    unrunnable = [r for r in records if r["status"] == "cpu-unrunnable"]
+    if not unrunnable:
+        return ["None."]
+    return [f"- **{r[key]}**: {cell(r['reason'], 600)}" for r in sorted(unrunnable, key=lambda r: r[key])]
+
+
+def run_with_progress(check: Callable[[str], dict], names: list[str], *, workers: int, timeout: float,
+                      initializer: Callable[[], Any] | None, key: str, unit: str,
+                      summarize: Callable[[list[dict]], dict] = count_statuses,
+                      progress: bool = True) -> list[dict]:
+    """Runs ``check`` on every name in isolated workers and returns the records, with a progress
+    bar that shows the running counts."""
+    from tqdm import tqdm
+
+    records: list[dict] = []
+    bar = tqdm(total=len(names), disable=not progress, unit=unit, dynamic_ncols=True)
+    try:
+        for outcome in run_isolated(check, names, workers=workers, timeout=timeout, initializer=initializer):
+            r = record_from_outcome(outcome, key)
+            records.append(r)
+            s = summarize(records)
+            bar.set_postfix_str(f"pass {s['pass']} fail {s['fail']} crash {s['crash']} "
+                                f"timeout {s['timeout']} cpu-unrunnable {s['cpu-unrunnable']} | {r[key]}")
+            bar.update(1)
+    finally:
+        bar.close()
+    return records
