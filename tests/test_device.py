@@ -182,3 +182,39 @@ def test_record_stream():
         x.record_stream(torch.Stream(device="cpu"))
     with pytest.raises(RuntimeError, match="the stream is on neuron:1"):
         x.record_stream(torch.neuron.Stream(device=1))
+
+
+def test_autograd_workers_release_finished_backwards_before_exit():
+    # A device's autograd worker may still hold the last reference to a finished backward, whose
+    # captured thread-local state owns Python objects. The exit hook has each worker release it
+    # while Python still runs; released later, during finalization, it would abort the process.
+    import weakref
+
+    class Marker:
+        pass
+
+    marker = Marker()
+    ref = weakref.ref(marker)
+    torch._C._stash_obj_in_tls("torch_neuronx_test_marker", marker)
+    x = torch.randn(8, 8, device="neuron:1", requires_grad=True)
+    (x @ x).sum().backward()
+    torch._C._stash_obj_in_tls("torch_neuronx_test_marker", None)  # now only finished backwards hold it
+    del marker
+    torch.neuron._drain_autograd_workers()
+    assert ref() is None
+    assert x.grad is not None
+
+
+def test_scripts_that_ran_backward_exit_cleanly():
+    # Inductor stashes Python objects in the importing thread's state (as above) at import.
+    script = (
+        "import torch\n"
+        "import torch._inductor.cudagraph_trees\n"
+        "x = torch.randn(64, 64, device='neuron', requires_grad=True)\n"
+        "for _ in range(3):\n"
+        "    (x @ x).sum().backward()\n"
+        "print('done')\n"
+    )
+    for _ in range(3):
+        out = run_python(script)  # raises with the output on any non-zero exit (an abort is -6)
+        assert out.strip() == "done", out

@@ -72,6 +72,9 @@ def _register() -> None:
     _multiprocessing.register()
     _safetensors.register()
     _torchao.register()
+    import atexit
+
+    atexit.register(_neuron_module._drain_autograd_workers)
     _registered = True
 
 

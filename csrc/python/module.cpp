@@ -1,9 +1,13 @@
 // torch_neuronx._C: the Python surface of the runtime and the ATen layer. The
 // torch.neuron module (torch_neuronx/neuron) is a thin Python layer over these.
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
+
+#include <exception>
+#include <thread>
 
 #include "aten/neuron.h"
 #include "runtime/memory.h"
@@ -66,6 +70,31 @@ py::list pairs(const std::vector<std::pair<std::string, uint64_t>>& v) {
   return out;
 }
 
+// A no-op backward on each device, from a fresh C++ thread while the caller waits without the GIL.
+// An autograd worker can hold the last reference to a finished backward's graph task, whose
+// captured thread-local state may own Python objects (Inductor stashes some in the importing
+// thread's state); released while the interpreter finalizes, it cannot take the GIL and the
+// process aborts. The no-op task is queued behind earlier work, so when it returns each worker
+// has released earlier tasks (taking the GIL this thread gave up), and the worker's last task,
+// made on a thread whose state owns no Python objects, needs no GIL to release.
+void drain_autograd_workers(int count) {
+  py::gil_scoped_release nogil;
+  std::exception_ptr err;
+  std::thread worker([&] {
+    try {
+      for (int i = 0; i < count; ++i) {
+        auto opts = at::TensorOptions().device(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i)));
+        auto x = at::zeros({}, opts).requires_grad_(true);
+        torch::autograd::backward({x.mul(1)});
+      }
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  worker.join();
+  if (err) std::rethrow_exception(err);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -78,6 +107,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_config_error", [] { return rt::config_error(); });
   m.def("_lazy_init", [] { lazy_init(); });
+  m.def("_drain_autograd_workers", &drain_autograd_workers);
   m.def("_is_initialized", [] { return rt::is_initialized(); });
   m.def("_is_in_bad_fork", [] { return rt::in_bad_fork(); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });

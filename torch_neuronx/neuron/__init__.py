@@ -94,6 +94,17 @@ def init() -> None:
     _lazy_init()
 
 
+def _drain_autograd_workers() -> None:
+    """At exit, before the interpreter finalizes: each device's autograd worker releases the
+    graph tasks of finished backwards (which may own Python objects), see the C++ side."""
+    if not is_initialized():
+        return
+    try:
+        _C._drain_autograd_workers(device_count())
+    except Exception:  # exiting anyway; a device error here must not mask the script's own status
+        pass
+
+
 def current_device() -> int:
     return _C._current_device()
 
