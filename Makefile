@@ -7,7 +7,7 @@ SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproj
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
 .PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
-	clean
+	coverage-diffusers examples clean
 
 run: build
 	$(PY) -m torch_neuronx.collect_env
@@ -52,7 +52,7 @@ bench: build
 # Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
 # `make test` runs the fast subsets (tests/test_coverage_*.py).
 COVERAGE_WORKERS ?= 2
-coverage: coverage-transformers coverage-ops coverage-fake coverage-ops-compiled
+coverage: coverage-transformers coverage-ops coverage-fake coverage-ops-compiled coverage-diffusers
 
 coverage-transformers: build
 	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
@@ -66,12 +66,25 @@ coverage-fake: build
 	$(PY) -m torch_neuronx.testing.fake_sweep --workers $(COVERAGE_WORKERS)
 	$(PY) -m torch_neuronx.testing.fake_sweep --dynamic --workers $(COVERAGE_WORKERS)
 
+# Every Diffusers model class (forward, gradients, bf16) and the tiny pipelines, against CPU.
+coverage-diffusers: build
+	$(PY) -m torch_neuronx.testing.diffusers_sweep --workers $(COVERAGE_WORKERS)
+
 # The core ops' OpInfo samples compiled with the neuron backend, against eager neuron.
 coverage-ops-compiled: build
 	$(PY) -m torch_neuronx.testing.compiled_ops_sweep --core --workers $(COVERAGE_WORKERS)
 
 clean:
 	rm -rf build .venv/.built
+
+# The Hugging Face examples (each checks its own result and exits non-zero otherwise; a few
+# minutes in all on 2 cores).
+TORCHRUN := OMP_NUM_THREADS=1 .venv/bin/torchrun
+examples: build
+	$(PY) examples/lora_finetune.py
+	$(TORCHRUN) --nproc-per-node 4 examples/trl_sft_tp_fsdp.py
+	$(TORCHRUN) --nproc-per-node 2 examples/flux_tensor_parallel.py --out /tmp/flux_tensor_parallel.png
+	$(TORCHRUN) --nproc-per-node 4 examples/moe_expert_parallel.py
 
 # Bus bandwidth of the neuron backend's collectives against gloo (several minutes); rewrites
 # the benchmark section of docs/distributed.md and docs/distributed_collectives.png.

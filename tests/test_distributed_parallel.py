@@ -24,7 +24,7 @@ import pytest
 
 from _dist import torchrun
 
-CHECKS_4 = ["dtensor_2d", "fsdp2_tp", "dcp_save"]
+CHECKS_4 = ["dtensor_2d", "fsdp2_tp", "fsdp2_tp_ac", "dcp_save"]
 CHECKS_2 = [
     "ddp_sgd", "ddp_adamw",
     "fsdp2", "fsdp2_no_reshard", "fsdp2_bf16", "fsdp2_bf16_no_reshard",

@@ -182,7 +182,7 @@ def _plain_name(name: str) -> str:
     for prefix in ("module.",):
         if name.startswith(prefix):
             name = name[len(prefix):]
-    return name
+    return name.replace("_checkpoint_wrapped_module.", "")
 
 
 # ---------------------------------------------------------------------------------------

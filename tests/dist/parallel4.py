@@ -1,5 +1,5 @@
 """Four-rank acceptance checks of distributed training on ``neuron``: 2-D meshes
-(FSDP2 x TP on 2x2) and a distributed checkpoint saved by 4 ranks.
+(FSDP2 x TP on 2x2, also with activation checkpointing as TorchTitan applies it) and a distributed checkpoint saved by 4 ranks.
 
 ``python -m torch.distributed.run --nproc-per-node=4 parallel4.py --ckpt DIR [--only a,b]``
 writes ``DIR/ckpt`` (torch.distributed.checkpoint of an FSDP2 model and its AdamW state)
@@ -77,6 +77,53 @@ def check_fsdp2_tp():
         dist.all_reduce(mean)
         assert_close(mean / WORLD, ref_losses[step], f"loss of step {step}")
     assert_params_close(model, ref, "after training")
+
+
+def check_fsdp2_tp_ac():
+    """The recipe TorchTitan applies to its Llama, written with plain PyTorch: tensor and
+    sequence parallel on "tp", full activation checkpointing of every block, FSDP2 on "dp",
+    AdamW and gradient-norm clipping over the 2-D sharded gradients."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh(DT, (2, 2), mesh_dim_names=("dp", "tp"))
+    dp = mesh["dp"].get_local_rank()
+    make_opt = lambda m: torch.optim.AdamW(m.parameters(), **ADAMW)  # noqa: E731
+    ref = tiny_llama(seed=3)
+    model = parallelize_module(clone(ref).to(DEVICE), mesh["tp"], llama_tp_plan(ref, True))
+    batches = token_batches(3, batch=4, seed=4)
+    ref_opt = make_opt(ref)
+    ref_losses, ref_norms = [], []
+    for ids in batches:
+        ref_opt.zero_grad()
+        loss = lm_loss(ref, ids)
+        loss.backward()
+        ref_norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
+        ref_opt.step()
+        ref_losses.append(loss.detach())
+    mlp_calls = [0]
+    layers = model.model.layers
+    layers[0].mlp.register_forward_pre_hook(lambda *_: mlp_calls.__setitem__(0, mlp_calls[0] + 1))
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
+        fully_shard(layers[i], mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    opt = make_opt(model)
+    for step, ids in enumerate(batches):
+        opt.zero_grad()
+        loss = lm_loss(model, rank_slice(ids, dp, 2).to(DEVICE))  # the tp pair shares a batch
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        assert_close(full(norm), ref_norms[step], f"gradient norm of step {step}")
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        assert_close(mean / WORLD, ref_losses[step], f"loss of step {step}")
+    # each block ran its forward twice a step: once, and again (recomputed) in the backward
+    assert mlp_calls[0] == 2 * len(batches), f"layer 0's MLP ran {mlp_calls[0]} times in {len(batches)} steps"
+    assert_params_close(model, ref, "after training", atol=1e-4, rtol=1e-4)
 
 
 def _fsdp_adamw(seed: int):
@@ -172,6 +219,7 @@ def check_dcp_save():
 CHECKS = {
     "dtensor_2d": check_dtensor_2d,
     "fsdp2_tp": check_fsdp2_tp,
+    "fsdp2_tp_ac": check_fsdp2_tp_ac,
     "dcp_save": check_dcp_save,
 }
 
