@@ -218,3 +218,20 @@ def test_scripts_that_ran_backward_exit_cleanly():
     for _ in range(3):
         out = run_python(script)  # raises with the output on any non-zero exit (an abort is -6)
         assert out.strip() == "done", out
+
+
+def test_set_device_initializes_so_a_bare_neuron_means_the_current_device():
+    # As torch.cuda.set_device: FakeTensor (torch.compile, DTensor's sharding propagation)
+    # resolves a bare "neuron" to the current device only once the device is initialized.
+    out = run_python(
+        "import torch\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "print(torch.neuron.is_initialized())\n"
+        "torch.neuron.set_device(1)\n"
+        "print(torch.neuron.is_initialized())\n"
+        "with FakeTensorMode():\n"
+        "    a = torch.empty(4, device='neuron')\n"
+        "    b = torch.empty(4, dtype=torch.bfloat16, device='neuron')\n"
+        "    print(a.device, b.device, (a + b).device)\n"
+    )
+    assert out.split() == ["False", "True", "neuron:1", "neuron:1", "neuron:1"], out

@@ -28,7 +28,7 @@ CHECKS_4 = ["dtensor_2d", "fsdp2_tp", "fsdp2_tp_ac", "dcp_save"]
 CHECKS_2 = [
     "ddp_sgd", "ddp_adamw",
     "fsdp2", "fsdp2_no_reshard", "fsdp2_bf16", "fsdp2_bf16_no_reshard",
-    "dtensor", "tp", "tp_sp",
+    "dtensor", "dtensor_random", "tp", "tp_sp",
     "pp_gpipe", "pp_1f1b",
     "ep", "ep_funcol",
     "cp",

@@ -103,3 +103,58 @@ def test_dropout_on_device():
     y2 = torch.nn.functional.dropout(torch.ones(10_000, device="neuron"), p=0.25, training=True)
     assert torch.equal(y.detach().cpu(), y2.cpu())
     assert torch.equal(torch.nn.functional.dropout(x, 0.5, training=False).detach().cpu(), x.detach().cpu())
+
+
+def test_rng_state_is_seed_and_offset_as_on_cuda():
+    # 16 bytes, (seed, offset) as little-endian uint64: the layout DTensor's random ops and
+    # CUDA code read and write.
+    torch.neuron.manual_seed(1234)
+    state = torch.neuron.get_rng_state()
+    assert state.shape == (16,)
+    seed, offset = state.view(torch.int64).tolist()
+    assert (seed, offset) == (1234, 0)
+    assert torch.equal(torch.neuron.get_rng_state(), state)  # reading does not move the generator
+    # offset 0 is the plain seed: the CPU's numbers
+    torch.manual_seed(1234)
+    assert torch.equal(torch.randn(64, device="neuron").cpu(), torch.randn(64))
+    # after draws, the state read names a stream not used before and replays what follows it
+    torch.neuron.manual_seed(1234)
+    first = torch.randn(16, device="neuron").cpu()
+    s1 = torch.neuron.get_rng_state()
+    assert s1.view(torch.int64).tolist()[0] == 1234 and s1.view(torch.int64).tolist()[1] > 0
+    a = torch.randn(16, device="neuron").cpu()
+    assert not torch.equal(a, first)
+    torch.neuron.set_rng_state(s1)
+    assert torch.equal(torch.randn(16, device="neuron").cpu(), a)
+    # a state written with another offset: another stream, reproducibly
+    other = torch.tensor([1234, 1000], dtype=torch.int64).view(torch.uint8)
+    torch.neuron.set_rng_state(other)
+    b = torch.randn(16, device="neuron").cpu()
+    torch.neuron.set_rng_state(other)
+    assert torch.equal(torch.randn(16, device="neuron").cpu(), b)
+    assert not torch.equal(b, a)
+    g = torch.Generator(device="neuron")
+    g.manual_seed(7)
+    assert g.get_state().view(torch.int64).tolist() == [7, 0]
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.neuron.set_rng_state(torch.zeros(5, dtype=torch.uint8))
+
+
+def test_fork_rng_and_checkpoint_replay_on_neuron():
+    # torch.utils.checkpoint saves the device RNG state and restores it to recompute dropout.
+    torch.manual_seed(0)
+    x = torch.randn(32, 32, device="neuron", requires_grad=True)
+
+    def f(t):
+        return torch.nn.functional.dropout(t, 0.5, training=True).sin()
+
+    out = torch.utils.checkpoint.checkpoint(f, x, use_reentrant=False, preserve_rng_state=True)
+    out.sum().backward()
+    kept = out.detach() != 0  # sin(0) == 0 where dropped
+    # the recomputed forward must drop the same elements: d sin(2x)/dx where kept, else 0
+    expected = torch.where(kept, 2 * x.detach().mul(2).cos(), torch.zeros_like(x))
+    torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-5)
+    with torch.random.fork_rng(devices=[0], device_type="neuron"):
+        inside = torch.randn(4, device="neuron").cpu()
+    outside = torch.randn(4, device="neuron").cpu()
+    assert torch.equal(inside, outside)

@@ -1,6 +1,9 @@
 // Device guard, PrivateUse1 hooks and generators of the `neuron` device.
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceCapability.h>
@@ -191,26 +194,99 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
 // A neuron generator owns a CPU (mt19937) generator. Random kernels run as CPU code
 // on device memory and draw from it, so a seed gives the same numbers whichever path
 // (explicit kernel or fallback) an op takes, and the same numbers as CPU.
+//
+// Its state, as CUDA's, is 16 bytes: (seed, offset), each a little-endian uint64. DTensor's
+// random ops (and code written for CUDA) read and write the offset to give each shard its own
+// numbers. The engine runs the stream keyed by (seed, offset): offset 0 is the plain seed (the
+// CPU's numbers after manual_seed); any other offset seeds the engine from a mix of both.
+// Reading the state after the engine has drawn moves to a fresh offset first (the engine's
+// position is not expressible in 16 bytes), so a saved state always replays what follows it.
 struct NeuronGeneratorImpl final : public c10::GeneratorImpl {
   NeuronGeneratorImpl(c10::DeviceIndex d, uint64_t seed)
       : c10::GeneratorImpl(c10::Device(kNeuron, d), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-        cpu(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+        cpu(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+    rekey(seed, 0);
+  }
 
-  void set_current_seed(uint64_t seed) override { cpu.set_current_seed(seed); }
-  void set_offset(uint64_t offset) override { cpu.set_offset(offset); }
-  uint64_t get_offset() const override { return cpu.get_offset(); }
-  uint64_t current_seed() const override { return cpu.current_seed(); }
-  uint64_t seed() override { return cpu.seed(); }
-  void set_state(const c10::TensorImpl& state) override { cpu.unsafeGetGeneratorImpl()->set_state(state); }
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override { return cpu.unsafeGetGeneratorImpl()->get_state(); }
+  void set_current_seed(uint64_t seed) override { rekey(seed, 0); }
+  void set_offset(uint64_t offset) override { rekey(seed_, offset); }
+  uint64_t get_offset() const override { return offset_; }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    uint64_t s = cpu.seed();  // a non-deterministic seed, as the CPU generator picks it
+    rekey(s, 0);
+    return s;
+  }
+  void set_state(const c10::TensorImpl& state) override {
+    TORCH_CHECK_TYPE(state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+                     "the neuron RNG state must be a torch.ByteTensor, as returned by get_rng_state()");
+    const int64_t n = state.numel();
+    if (n == kStateBytes) {
+      uint64_t v[2];
+      std::memcpy(v, state.data(), kStateBytes);
+      rekey(v[0], v[1]);
+      return;
+    }
+    // The CPU generator's own state (earlier releases saved it): the engine continues from it.
+    auto probe = at::Tensor(cpu.unsafeGetGeneratorImpl()->get_state());
+    TORCH_CHECK(n == probe.numel(), "the neuron RNG state must have ", kStateBytes,
+                " bytes (seed and offset, as returned by get_rng_state()), got ", n);
+    cpu.unsafeGetGeneratorImpl()->set_state(state);
+    seed_ = cpu.current_seed();
+    offset_ = next_fresh_offset();
+    snapshot_.reset();  // the engine is not at a keyed position: the next read moves to a fresh one
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto* self = const_cast<NeuronGeneratorImpl*>(this);
+    if (self->drawn_since_keyed()) self->rekey(seed_, next_fresh_offset());
+    auto out = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+    uint64_t v[2] = {seed_, offset_};
+    std::memcpy(out.data_ptr(), v, kStateBytes);
+    return out.getIntrusivePtr();
+  }
   static c10::DeviceType device_type() { return kNeuron; }
 
   at::Generator cpu;
 
  private:
+  static constexpr int64_t kStateBytes = 16;
+
+  static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+
+  void rekey(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+    cpu.set_current_seed(offset == 0 ? seed : splitmix64(seed ^ splitmix64(offset)));
+    snapshot_ = at::Tensor(cpu.unsafeGetGeneratorImpl()->get_state());
+    max_offset_ = std::max(max_offset_, offset);
+  }
+
+  // Past every offset this generator has keyed, so the new stream is one it has not used.
+  uint64_t next_fresh_offset() const { return max_offset_ + 1; }
+
+  bool drawn_since_keyed() {
+    if (!snapshot_.defined()) return true;
+    auto now = at::Tensor(cpu.unsafeGetGeneratorImpl()->get_state());
+    return std::memcmp(now.data_ptr(), snapshot_.data_ptr(), static_cast<size_t>(now.nbytes())) != 0;
+  }
+
+  uint64_t seed_ = 0;
+  uint64_t offset_ = 0;
+  uint64_t max_offset_ = 0;
+  at::Tensor snapshot_;  // the engine's state when it was last keyed
+
   NeuronGeneratorImpl* clone_impl() const override {
     auto* g = new NeuronGeneratorImpl(device().index(), 0);
     g->cpu = cpu.clone();
+    g->seed_ = seed_;
+    g->offset_ = offset_;
+    g->max_offset_ = max_offset_;
+    g->snapshot_ = snapshot_.defined() ? snapshot_.clone() : snapshot_;
     return g;
   }
 };

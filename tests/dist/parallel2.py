@@ -542,6 +542,44 @@ def check_dcp_reshard():
     assert_params_close(model, ref, "one step after loading")
 
 
+def check_dtensor_random():
+    """DTensor's random ops (initialising sharded parameters, dropout on sharded activations)
+    run on a neuron mesh as on CUDA: every shard of a tensor draws different numbers, replicas
+    draw the same, the same seed gives the same tensor, and the generator moves on."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = mesh_1d()
+
+    def sharded_normal(seed: int):
+        torch.manual_seed(seed)
+        w = distribute_tensor(torch.empty(8, 6, device=DEVICE), mesh, [Shard(0)])
+        w.normal_()
+        r = distribute_tensor(torch.empty(4, 3, device=DEVICE), mesh, [Replicate()])
+        r.uniform_(-1, 1)
+        after = torch.randn(3, device=DEVICE)  # the generator after the DTensor ops
+        return w.full_tensor().cpu(), r.to_local().cpu(), after.cpu()
+
+    w, r, after = sharded_normal(0)
+    halves = w.chunk(WORLD, 0)
+    assert not torch.equal(halves[0], halves[1]), "both shards drew the same numbers"
+    assert 0.5 < float(w.std()) < 1.5, f"not standard normal: std {float(w.std())}"
+    reps = [torch.empty_like(r) for _ in range(WORLD)]
+    dist.all_gather_object(reps, r)
+    assert all(torch.equal(x, reps[0]) for x in reps), "replicas of a Replicate() tensor differ"
+    assert float(r.abs().max()) <= 1.0
+    w2, r2, after2 = sharded_normal(0)
+    assert_equal(w2, w, "sharded normal_ with the same seed")
+    assert_equal(r2, r, "replicated uniform_ with the same seed")
+    assert_equal(after2, after, "draws after the DTensor ops with the same seed")
+    w3, _, _ = sharded_normal(1)
+    assert not torch.equal(w3, w), "another seed gave the same tensor"
+
+    x = distribute_tensor(torch.ones(16, 8, device=DEVICE), mesh, [Shard(0)])
+    y = F.dropout(x, p=0.5, training=True)
+    kept = y.full_tensor().cpu()
+    assert set(kept.unique().tolist()) <= {0.0, 2.0} and 0.2 < float((kept == 0).float().mean()) < 0.8, kept
+
+
 CHECKS = {
     "ddp_sgd": check_ddp_sgd,
     "ddp_adamw": check_ddp_adamw,
@@ -550,6 +588,7 @@ CHECKS = {
     "fsdp2_bf16": check_fsdp2_bf16,
     "fsdp2_bf16_no_reshard": check_fsdp2_bf16_no_reshard,
     "dtensor": check_dtensor,
+    "dtensor_random": check_dtensor_random,
     "tp": check_tp,
     "tp_sp": check_tp_sp,
     "pp_gpipe": check_pp_gpipe,

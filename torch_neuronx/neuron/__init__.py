@@ -112,6 +112,9 @@ def current_device() -> int:
 def set_device(device: Any) -> None:
     idx = _get_device_index(device)
     if idx >= 0:
+        # As torch.cuda.set_device: initializes, so that is_initialized() (which FakeTensor and
+        # DTensor consult to resolve a bare "neuron") sees the device chosen here.
+        _lazy_init()
         _C._set_device(idx)
 
 
@@ -124,6 +127,7 @@ class device:
 
     def __enter__(self):
         if self.idx >= 0:
+            _lazy_init()
             self.prev_idx = _C._current_device()
             if self.prev_idx != self.idx:
                 _C._set_device(self.idx)
