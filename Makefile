@@ -7,7 +7,7 @@ SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproj
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
 .PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
-	coverage-diffusers examples clean
+	coverage-diffusers coverage-models examples clean
 
 run: build
 	$(PY) -m torch_neuronx.collect_env
@@ -37,13 +37,21 @@ deps: .venv/.deps
 
 build: .venv/.built
 
+# TorchTitan for its test (tests/test_torchtitan.py), in its own directory (requirements-titan.txt).
+.venv/.titan: .venv/.deps requirements-titan.txt
+	rm -rf .venv/titan
+	$(PIP) install -q --no-deps --target .venv/titan -r requirements-titan.txt
+	touch $@
+
+titan-deps: .venv/.titan
+
 test-cpp: sysdeps
 	cmake -S . -B build/cpp -G Ninja -DNEURON_BUILD_PYTHON=OFF -DNEURON_BUILD_TESTS=ON >/dev/null
 	cmake --build build/cpp
 	ctest --test-dir build/cpp --output-on-failure
 
 # pytest exits 5 when it collects nothing; make treats that as a failure.
-test-py: build
+test-py: build titan-deps
 	$(PY) -m pytest tests -q
 
 bench: build
@@ -52,10 +60,15 @@ bench: build
 # Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
 # `make test` runs the fast subsets (tests/test_coverage_*.py).
 COVERAGE_WORKERS ?= 2
-coverage: coverage-transformers coverage-ops coverage-fake coverage-ops-compiled coverage-diffusers
+coverage: coverage-transformers coverage-models coverage-ops coverage-fake coverage-ops-compiled coverage-diffusers
 
 coverage-transformers: build
 	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
+
+# Every family of Transformers' MODEL_MAPPING_NAMES with its task head (forward, gradients, AdamW
+# step, generate, bf16), against CPU.
+coverage-models: build
+	$(PY) -m torch_neuronx.testing.models_sweep --workers $(COVERAGE_WORKERS)
 
 coverage-ops: build
 	$(PY) -m torch_neuronx.testing.opinfo_sweep --workers $(COVERAGE_WORKERS)
