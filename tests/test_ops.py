@@ -285,6 +285,31 @@ def test_convolution_forward_and_backward(transposed):
         torch.testing.assert_close(a.grad.cpu(), e.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_resize_in_half_precision_like_cuda(mode, dtype):
+    # CUDA computes antialiased resizes in bf16/fp16 (accumulating in float32); ATen's CPU
+    # kernels refuse them. On neuron: the float32 result rounded once, forward and backward.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 9, 7, generator=g).to(dtype)
+    grad = torch.randn(2, 3, 5, 4, generator=g).to(dtype)
+    xn = x.to("neuron").requires_grad_()
+    out = torch.nn.functional.interpolate(xn, size=(5, 4), mode=mode, antialias=True)
+    out.backward(grad.to("neuron"))
+    xf = x.float().requires_grad_()
+    ref = torch.nn.functional.interpolate(xf, size=(5, 4), mode=mode, antialias=True)
+    ref.backward(grad.float())
+    assert out.dtype == dtype and xn.grad.dtype == dtype
+    assert torch.equal(out.cpu(), ref.to(dtype))
+    assert torch.equal(xn.grad.cpu(), xf.grad.to(dtype))
+    # upsampling too, and float32 unchanged (the CPU's kernel)
+    up = torch.nn.functional.interpolate(x.to("neuron"), scale_factor=2.5, mode=mode, antialias=True)
+    assert torch.equal(up.cpu(), torch.nn.functional.interpolate(x.float(), scale_factor=2.5, mode=mode,
+                                                                 antialias=True).to(dtype))
+    f32 = torch.nn.functional.interpolate(x.float().to("neuron"), size=(5, 4), mode=mode, antialias=True)
+    assert torch.equal(f32.cpu(), ref.detach())
+
+
 def test_integer_histc_counts_like_cuda():
     # CUDA accepts integer input (MoE routers count tokens per expert this way); CPU does not.
     ids = torch.randint(0, 8, (200,), dtype=torch.int32, generator=torch.Generator().manual_seed(4))

@@ -84,6 +84,10 @@
 #include <ATen/ops/gelu_ops.h>
 #include <ATen/ops/gt_ops.h>
 #include <ATen/ops/histc_ops.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_ops.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_ops.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_ops.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_ops.h>
 #include <ATen/ops/index_add_ops.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_put_ops.h>
@@ -320,6 +324,20 @@ at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Sca
   return out;
 }
 
+// Antialiased resizes (F.interpolate(..., antialias=True)) in bfloat16 and float16: CUDA
+// computes them, accumulating in float32, and models rely on it; ATen's CPU kernels take only
+// float32 and float64. Half-precision tensors compute in float32 and round once.
+template <class Op, class Signature>
+struct HalfInFloat;
+template <class Op, class R, class... Args>
+struct HalfInFloat<Op, R(const at::Tensor&, Args...)> {
+  static at::Tensor run(const at::Tensor& t, Args... args) {
+    using Kernel = NeuronKernel<Op, false>;
+    if (!at::isReducedFloatingType(t.scalar_type())) return Kernel::run(t, args...);
+    return Kernel::run(t.to(at::kFloat), args...).to(t.scalar_type());
+  }
+};
+
 // Tensor.record_stream: the storage is in use on `stream` too, so its memory must not be
 // reused before the work queued there so far is done. The caching allocator keeps that
 // promise, as CUDA's does.
@@ -494,6 +512,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("_conj_physical", _conj_physical, false);
   m.impl("histc", TORCH_FN(neuron_histc));  // integer input too, as on CUDA
   m.impl("histc.out", TORCH_FN(neuron_histc_out));
+#define NEURON_HALF_IN_FLOAT(op) m.impl(#op, TORCH_FN((HalfInFloat<at::_ops::op, at::_ops::op::schema>::run)))
+  NEURON_HALF_IN_FLOAT(_upsample_bilinear2d_aa);
+  NEURON_HALF_IN_FLOAT(_upsample_bicubic2d_aa);
+  NEURON_HALF_IN_FLOAT(_upsample_bilinear2d_aa_backward);
+  NEURON_HALF_IN_FLOAT(_upsample_bicubic2d_aa_backward);
+#undef NEURON_HALF_IN_FLOAT
   NEURON_KERNEL("_softmax", _softmax, false);
   NEURON_KERNEL("_log_softmax", _log_softmax, false);
   NEURON_KERNEL("_softmax_backward_data", _softmax_backward_data, false);
