@@ -447,6 +447,176 @@ def shrink_dict(d: dict, widths: frozenset | None = None) -> dict:
     return out
 
 
+# ---- vision and audio fields (opt-in: ``tiny_config(..., modalities=True)``) -------------------
+
+IMAGE = 32  # image side, rounded to a multiple of the patch (at least two patches a side)
+STAGE_WIDTH = 256  # the widest stage of a multi-stage backbone or convolutional feature extractor
+STAGE_DEPTH = 2  # blocks per stage
+QUERIES = 16  # object queries of a detector: no more than the anchors of a tiny image
+STAGE_WINDOW = 2  # attention window (in patches) of a windowed hierarchical backbone
+_IMAGE_SIZES = {"image_size", "img_size"}
+# Lists of per-stage widths (channels) of multi-stage backbones and convolutional feature
+# extractors. All the lists of one config are divided by the same power of two, so that the
+# channels one stage hands to the next (listed in two lists) still agree; counts of at most
+# four are input channels and stay.
+_WIDTH_LISTS = {
+    "hidden_sizes", "embed_dims", "embed_dim_per_stage", "stage_out_channels", "stage_in_channels",
+    "stage_mid_channels", "encoder_in_channels", "decoder_in_channels", "backbone_channel_list", "conv_dim",
+    "tdnn_dim", "neck_hidden_sizes", "encoder_hidden_sizes", "base_attn_unit_dims", "channels",
+    "hidden_channels", "block_channels", "stem_channels", "layer_list_out_channels",
+}
+_STAGE_DEPTHS = {"depths", "num_blocks_per_stage", "blocks_per_stage"}
+_STAGE_HEADS = {"num_heads", "num_attention_heads", "attention_heads", "num_heads_per_stage"}
+# Projection and bridge widths between towers: capped like a hidden size.
+_PROJECTIONS = {
+    "projection_dim", "out_hidden_size", "projector_hidden_size", "projection_hidden_dim",
+    "projection_intermediate_dim", "text_hidden_size", "vision_hidden_size", "encoder_hidden_size",
+    "decoder_hidden_size", "decoder_intermediate_size", "classifier_proj_size", "xvector_output_dim",
+    "codevector_dim", "proj_codevector_dim", "fpn_hidden_size", "fpn_feature_size", "mask_feature_size",
+    "output_channels", "visual_embedding_dim", "visual_feat_dim", "projector_input_dim", "projector_output_dim",
+    "upsample_groups",  # a depthwise upsampling: one group per channel of the hidden size
+}
+
+
+def _is_int_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(_is_int(x) for x in v)
+
+
+def _image_side(patch: Any) -> int:
+    p = patch[0] if _is_int_list(patch) else patch
+    if not _is_int(p) or p <= 0:
+        return IMAGE
+    return max(2 * p, IMAGE // p * p)
+
+
+def _widest(d: dict) -> int:
+    """The largest entry of the width lists of ``d`` and of its nested configs."""
+    return max([max(v) for k, v in d.items() if k in _WIDTH_LISTS and _is_int_list(v)]
+               + [_widest(v) for v in d.values() if isinstance(v, dict)], default=0)
+
+
+def _width_factor(d: dict) -> int:
+    widest = _widest(d)
+    f = 1
+    while widest // f > STAGE_WIDTH:
+        f *= 2
+    return f
+
+
+def _narrow_blocks(v: Any, f: int) -> Any:
+    """Per-block ``[kernel, in channels, out channels, stride, ...]`` lists: channels divided by ``f``."""
+    if isinstance(v, list) and len(v) >= 3 and _is_int(v[0]) and _is_int(v[1]) and _is_int(v[2]):
+        return [v[0], max(1, v[1] // f), max(1, v[2] // f), *v[3:]]
+    return [_narrow_blocks(x, f) for x in v] if isinstance(v, list) else v
+
+
+def _clamped_stages(v: list, layers: int) -> list:
+    """Backbone outputs (``"stageN"`` names or indices) with every stage beyond ``layers`` moved
+    to the last one, duplicates dropped."""
+    out: list = []
+    for x in v:
+        if isinstance(x, str) and x.startswith("stage") and x[5:].isdigit():
+            x = f"stage{min(int(x[5:]), layers)}"
+        elif _is_int(x):
+            x = min(x, layers)
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def shrink_modalities(d: dict, factor: int | None = None) -> dict:
+    """``d`` (a ``shrink_dict`` result) with the vision and audio fields shrunk as well: image
+    sizes to ``IMAGE``, multi-stage backbones to narrow two-block stages (heads per stage divided
+    alike, so widths stay divisible; small attention windows), convolutional feature extractors
+    narrowed, projections between towers capped at ``HIDDEN``, stochastic depth off. The width
+    lists of a config and of its nested configs (a backbone) are divided by one ``factor``, so
+    that the channels a backbone hands to its parent still agree."""
+    out: dict[str, Any] = {}
+    hierarchical = _is_int_list(d.get("depths")) and len(d["depths"]) > 1
+    f = factor if factor is not None else _width_factor(d)
+    for k, v in d.items():
+        if isinstance(v, dict) and "model_type" in v:
+            out[k] = shrink_modalities(v, f)
+        elif isinstance(v, float) and ("drop_path" in k or "stochastic_depth" in k):
+            out[k] = 0.0
+        elif k in _IMAGE_SIZES and (_is_int(v) or (_is_int_list(v) and len(v) == 2)):
+            side = _image_side(d.get("patch_size"))
+            if hierarchical and _is_int(d.get("window_size")) and _is_int(d.get("patch_size")):
+                # the last stage (halved at each stage) still spans one attention window
+                side = max(side, d["patch_size"] * min(d["window_size"], STAGE_WINDOW) * 2 ** (len(d["depths"]) - 1))
+            out[k] = side if _is_int(v) else [side, side]
+        elif k == "decoder_in_channels" and _is_int_list(v) and len(set(v)) == 1:
+            out[k] = [min(v[0], HIDDEN)] * len(v)  # the detection decoder reads the encoder's hidden size
+        elif k in _WIDTH_LISTS and _is_int_list(v):
+            out[k] = [x if x <= 4 else max(1, x // f) for x in v]
+        elif k == "block_configs" and isinstance(v, list):
+            out[k] = _narrow_blocks(v, f)
+        elif k in _STAGE_DEPTHS and _is_int_list(v):
+            out[k] = [min(x, STAGE_DEPTH) for x in v]
+        elif k in _STAGE_HEADS and _is_int_list(v) and hierarchical:
+            low = min(v)
+            out[k] = [max(1, x // low) for x in v] if all(x % low == 0 for x in v) else [1] * len(v)
+        elif k == "embed_dim" and _is_int(v) and hierarchical:
+            out[k] = min(v, 32)
+        elif k == "window_size" and _is_int(v) and hierarchical:
+            out[k] = min(v, STAGE_WINDOW)
+        elif k == "image_embedding_size" and _is_int(v) and _is_int(d.get("patch_size")):
+            out[k] = _image_side(d["patch_size"]) // d["patch_size"]  # the image encoder's grid (SAM)
+        elif k == "num_groups" and _is_int(v) and f > 1 and any(x in d for x in _WIDTH_LISTS):
+            out[k] = max(1, v // f)  # group norm over the narrowed stages
+        elif k == "num_pos_feats" and _is_int(v):
+            out[k] = min(v, HIDDEN // 2)  # random Fourier features: sin and cos make the hidden size
+        elif k in ("out_features", "out_indices") and _is_int(d.get("num_hidden_layers")) \
+                and isinstance(v, list) and v:
+            out[k] = _clamped_stages(v, d["num_hidden_layers"])  # a ViT backbone's outputs among its tiny layers
+        elif k == "num_queries" and _is_int(v):
+            out[k] = min(v, QUERIES)
+        elif k in _PROJECTIONS and _is_int(v) and v > HIDDEN:
+            out[k] = HIDDEN
+        else:
+            out[k] = v
+    _remap_composite_ids(out)
+    return out
+
+
+def _token_ids(d: dict) -> set[int]:
+    found: set[int] = set()
+    for k, v in d.items():
+        if isinstance(v, dict):
+            found |= _token_ids(v)
+        elif isinstance(k, str) and k.endswith(("token_id", "token_ids", "token_index")):
+            found |= {x for x in (v if isinstance(v, list) else [v]) if _is_int(x)}
+    return found
+
+
+def _remap_composite_ids(d: dict) -> None:
+    """A composite config (a text model with other towers) names its placeholder tokens (image,
+    video, audio) at the top level, while the vocabulary is its text config's: ids beyond that
+    vocabulary move to distinct free ids at its top."""
+    text = next((d[k] for k in ("text_config", "language_config", "llm_config", "decoder_config", "decoder")
+                 if isinstance(d.get(k), dict) and _is_int(d[k].get("vocab_size"))), None)
+    if text is None or _is_int(d.get("vocab_size")):
+        return
+    vocab = text["vocab_size"]
+    used = {x for x in _token_ids(d) if x < vocab}
+    taken: dict[int, int] = {}
+
+    def remap(v):
+        if not _is_int(v) or v < vocab:
+            return v
+        if v not in taken:
+            new = vocab - 1
+            while new in used:
+                new -= 1
+            used.add(new)
+            taken[v] = new
+        return taken[v]
+
+    for k, v in list(d.items()):
+        if k.endswith(("token_id", "token_ids", "token_index")):
+            d[k] = [remap(x) for x in v] if isinstance(v, list) else remap(v)
+
+
 def _set_dotted(d: dict, key: str, value: Any) -> None:
     *path, last = key.split(".")
     for p in path:
@@ -454,25 +624,33 @@ def _set_dotted(d: dict, key: str, value: Any) -> None:
     d[last] = value
 
 
-def tiny_config_kwargs(model_type: str) -> dict[str, Any]:
-    """The keyword arguments ``tiny_config`` passes to ``AutoConfig.for_model``."""
+def tiny_config_kwargs(model_type: str, *, decoder: bool = True, modalities: bool = False,
+                       extra: Override | None = None) -> dict[str, Any]:
+    """The keyword arguments ``tiny_config`` passes to ``AutoConfig.for_model``. ``decoder``: an
+    encoder-style model (BERT family) is configured as a decoder, as a causal LM needs;
+    ``modalities``: the vision and audio fields are shrunk too (``shrink_modalities``); ``extra``:
+    one more override, applied after this module's own (``OVERRIDES``)."""
     from transformers import AutoConfig
 
     override = OVERRIDES.get(model_type, Override(""))
-    base = AutoConfig.for_model(model_type, **override.base).to_dict()
+    extra = extra or Override("")
+    base = AutoConfig.for_model(model_type, **{**override.base, **extra.base}).to_dict()
     small = shrink_dict(base)
+    if modalities:
+        small = shrink_modalities(small)
     # Top level: only what changed. Nested configs are passed whole (their class defaults
     # can differ from the defaults the parent config gives them).
-    kwargs = {k: v for k, v in small.items() if k not in base or v != base[k] or k in override.base}
-    if "is_decoder" in base:  # encoder-style models (BERT family) are causal LMs only as decoders
+    kwargs = {k: v for k, v in small.items()
+              if k not in base or v != base[k] or k in override.base or k in extra.base}
+    if decoder and "is_decoder" in base:  # encoder-style models (BERT family) are causal LMs only as decoders
         kwargs["is_decoder"] = True
-    for k, v in override.changes.items():
+    for k, v in {**override.changes, **extra.changes}.items():
         _set_dotted(kwargs, k, v)
     return kwargs
 
 
-def tiny_config(model_type: str):
-    """A tiny config for ``model_type``, every dropout 0."""
+def tiny_config(model_type: str, **kwargs):
+    """A tiny config for ``model_type``, every dropout 0 (keyword arguments: ``tiny_config_kwargs``)."""
     from transformers import AutoConfig
 
-    return AutoConfig.for_model(model_type, **tiny_config_kwargs(model_type))
+    return AutoConfig.for_model(model_type, **tiny_config_kwargs(model_type, **kwargs))

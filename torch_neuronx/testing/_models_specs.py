@@ -1,0 +1,693 @@
+"""What the model-family sweep (``models_sweep``) runs for each entry of Transformers'
+``MODEL_MAPPING_NAMES``: the task head the family is used with, its tiny config, and its
+inputs.
+
+``task_of(model_type)`` picks the head from the library's task mappings in ``TASKS`` order
+(sequence-to-sequence and multimodal generation first, then masked LM before causal LM, so
+that an encoder is tested as the encoder it is, then the audio and vision heads); a family
+with none of these heads runs as its base model. ``make_inputs`` builds the inputs from the
+model's forward signature and its config, per modality: token ids with a padded row, images of
+the config's size and channels, raw audio or filter-bank features, video frames, the image or
+audio placeholder tokens a multimodal model expects (as many as its encoder produces), and the
+labels of the task. ``SPECS`` holds what one family needs beyond that, each with its reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from torch_neuronx.testing._tiny_configs import Override
+
+BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
+TARGET_LEN = 8  # decoder labels of the sequence-to-sequence tasks
+AUDIO_SAMPLES = 4000  # raw audio: a quarter second at 16 kHz
+AUDIO_FRAMES = 64  # filter-bank frames when the config does not fix them
+
+# (task, mapping of model type -> head class, or None for the base model). The first mapping
+# that has the model type wins.
+TASKS: tuple[tuple[str, str | None], ...] = (
+    ("seq2seq-lm", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    ("speech-seq2seq", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
+    ("image-text-to-text", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
+    ("multimodal-lm", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"),
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("causal-lm", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("ctc", "MODEL_FOR_CTC_MAPPING_NAMES"),
+    ("contrastive", None),  # a base model that computes its own contrastive loss (CLIP and kin)
+    ("audio-classification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES"),
+    ("image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
+    ("video-classification", "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES"),
+    ("object-detection", "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES"),
+    ("semantic-segmentation", "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES"),
+    ("universal-segmentation", "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES"),
+    ("depth-estimation", "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES"),
+    ("base", "MODEL_MAPPING_NAMES"),
+)
+TEXT_GENERATION = ("seq2seq-lm", "speech-seq2seq", "image-text-to-text", "multimodal-lm", "causal-lm")
+LM_TASKS = TEXT_GENERATION + ("masked-lm",)
+
+
+@dataclass
+class Spec:
+    """What one family needs beyond the generic rules. ``config``: the tiny-config override
+    (``changes`` with dotted keys, ``base`` for the default config itself); ``task``: the head
+    to use instead of ``task_of``'s choice; ``inputs(ctx)``: returns entries to add to (or, when
+    None, remove from) the generic inputs; ``unrunnable``: why the CPU reference cannot run here
+    (a missing package or a declared library defect), checked by actually failing: the CPU error
+    must contain ``unrunnable_match``, and a CPU forward that runs makes the declaration a failure;
+    ``labels(ctx)``: the task's labels when the generic ones do not fit (replaces them);
+    ``generate``: False when the head's ``generate`` is not the text generation this sweep
+    compares."""
+
+    reason: str
+    config: Override = field(default_factory=lambda: Override(""))
+    task: str | None = None
+    inputs: Callable[["Ctx"], dict] | None = None
+    unrunnable: str = ""
+    unrunnable_match: str = ""
+    labels: Callable[["Ctx"], dict] | None = None
+    generate: bool = True
+
+
+def _mapping(name: str) -> dict:
+    from transformers.models.auto import modeling_auto
+
+    return getattr(modeling_auto, name)
+
+
+def architectures() -> list[str]:
+    """Every model type of ``MODEL_MAPPING_NAMES``, in the mapping's order."""
+    return list(_mapping("MODEL_MAPPING_NAMES"))
+
+
+def _class(name: str):
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def _base_has_return_loss(model_type: str) -> bool:
+    try:
+        cls = _class(_mapping("MODEL_MAPPING_NAMES")[model_type])
+    except Exception:
+        return False
+    return "return_loss" in inspect.signature(cls.forward).parameters
+
+
+def task_of(model_type: str) -> tuple[str, str]:
+    """``(task, head class name)`` for ``model_type``."""
+    spec = SPECS.get(model_type)
+    forced = spec.task if spec is not None else None
+    for task, mapping in TASKS:
+        if forced is not None and task != forced:
+            continue
+        if mapping is None:
+            if task == "contrastive" and (forced == task or _base_has_return_loss(model_type)):
+                return task, _mapping("MODEL_MAPPING_NAMES")[model_type]
+            continue
+        names = _mapping(mapping)
+        if model_type in names:
+            cls = names[model_type]
+            return task, (cls[0] if isinstance(cls, (list, tuple)) else cls)
+    raise KeyError(f"{model_type}: no head for task {forced}")
+
+
+# ---- building -----------------------------------------------------------------------------------
+
+# Families whose multimodal RoPE splits each head's rotary half into (time, height, width)
+# sections with a default sized for the checkpoints' head dim: ``_fit_mrope`` resizes them.
+MROPE = ("qwen2_vl", "qwen2_5_vl", "glm4v", "glm4v_moe", "glm46v", "glmga", "glm_image", "glm_ocr", "paddleocr_vl",
+         "qwen2_5_omni")
+
+
+def _fit_mrope(model) -> None:
+    """Sections in the same proportions (1/4, 3/8, 3/8) that fill the tiny rotary half (the
+    length of the rotary embedding's ``inv_freq``), in each rotary module and in its config."""
+    for m in model.modules():
+        sections, inv_freq = getattr(m, "mrope_section", None), getattr(m, "inv_freq", None)
+        if not isinstance(sections, list) or not isinstance(inv_freq, torch.Tensor):
+            continue
+        half = inv_freq.numel()
+        if sum(sections) != half:
+            m.mrope_section = [half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8]
+            rope = getattr(getattr(m, "config", None), "rope_parameters", None)
+            if isinstance(rope, dict):
+                rope["mrope_section"] = list(m.mrope_section)
+
+
+def tiny_config(model_type: str, task: str):
+    from torch_neuronx.testing._tiny_configs import tiny_config as _tiny
+
+    spec = SPECS.get(model_type)
+    config = _tiny(model_type, decoder=(task == "causal-lm"), modalities=True,
+                   extra=spec.config if spec is not None else None)
+    if getattr(config, "image_grid_pinpoints", None) and getattr(config, "vision_config", None) is not None:
+        # "any resolution" (LLaVA-NeXT and kin): one tile of the tiny image size besides the base image
+        side = image_side(config.vision_config)[0]
+        config.image_grid_pinpoints = [[side, side]]
+    return config
+
+
+def build(model_type: str):
+    """``(model, config, task)``: the tiny float32 model with the family's head on CPU, weights
+    from ``torch.manual_seed(0)``."""
+    from torch_neuronx.testing._tiny_configs import OVERRIDES
+
+    task, cls_name = task_of(model_type)
+    config = tiny_config(model_type, task)
+    override = OVERRIDES.get(model_type)
+    if task == "causal-lm" and override is not None and override.build_from:
+        config = getattr(config, override.build_from)
+    if task in ("seq2seq-lm", "speech-seq2seq") and _get(config, "decoder_start_token_id") is None:
+        # The default configs of some families (T5 and kin) leave the decoder's start token to
+        # the checkpoints; labels are shifted right behind it, so the training loss needs one.
+        start = _get(config, "pad_token_id")
+        config.decoder_start_token_id = start if isinstance(start, int) else 0
+    if task in ("seq2seq-lm", "speech-seq2seq") and getattr(config, "is_encoder_decoder", False) \
+            and _get(config, "pad_token_id") is None:
+        config.pad_token_id = 0  # shifting labels right fills with it (Moonshine)
+    cls = _class(cls_name)
+    torch.manual_seed(0)
+    model = cls._from_config(config, dtype=torch.float32)
+    if model_type.removesuffix("_text") in MROPE:
+        _fit_mrope(model)
+    return model.float(), config, task
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    """What an input builder sees."""
+
+    model_type: str
+    model: Any
+    config: Any
+    task: str
+    params: dict  # the forward signature's parameters
+    g: torch.Generator
+    batch: dict = field(default_factory=dict)  # the inputs built so far
+
+    def sub(self, *names: str):
+        """The first nested config of ``names`` the config has, else the config itself."""
+        for n in names:
+            c = getattr(self.config, n, None)
+            if c is not None and not isinstance(c, (int, float, str, bool, list, dict)):
+                return c
+        return self.config
+
+    def randn(self, *shape) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.g)
+
+    def randint(self, low: int, high: int, shape) -> torch.Tensor:
+        return torch.randint(low, high, tuple(shape), generator=self.g)
+
+
+def _get(config, *names, default=None):
+    for n in names:
+        v = getattr(config, n, None)
+        if v is not None:
+            return v
+    return default
+
+
+def _special_ids(config) -> set[int]:
+    from torch_neuronx.testing.transformers_sweep import _special_ids as special
+
+    return special(config)
+
+
+def text_vocab(model, config) -> int:
+    from torch_neuronx.testing.transformers_sweep import _vocab_size
+
+    try:
+        return _vocab_size(model, config)
+    except (ValueError, AttributeError, NotImplementedError):  # no single input embedding (dual encoders)
+        return int(_get(config, "vocab_size", default=256))
+
+
+def ordinary_ids(ctx: Ctx, shape, vocab: int | None = None) -> torch.Tensor:
+    """Random token ids that are none of the config's special ids."""
+    vocab = vocab if vocab is not None else text_vocab(ctx.model, ctx.config)
+    specials = _special_ids(ctx.config)
+    ordinary = torch.tensor([i for i in range(vocab) if i not in specials] or list(range(vocab)))
+    return ordinary[torch.randint(0, len(ordinary), tuple(shape), generator=ctx.g)]
+
+
+def pad_id(ctx: Ctx, vocab: int) -> int:
+    try:
+        text = ctx.config.get_text_config(decoder=True)
+    except Exception:
+        text = ctx.config
+    p = _get(text, "pad_token_id")
+    if p is None:
+        p = _get(ctx.config, "pad_token_id")
+    return p if isinstance(p, int) and 0 <= p < vocab else 0
+
+
+def _text(ctx: Ctx, seq: int = SEQ, pad: bool = True) -> dict:
+    vocab = text_vocab(ctx.model, ctx.config)
+    ids = ordinary_ids(ctx, (BATCH, seq), vocab)
+    out = {"input_ids": ids}
+    if "attention_mask" in ctx.params:
+        mask = torch.ones_like(ids)
+        if pad:
+            mask[1, -PAD:] = 0
+            ids[1, -PAD:] = pad_id(ctx, vocab)
+        out["attention_mask"] = mask
+    return out
+
+
+def image_config(ctx: Ctx):
+    return ctx.sub("vision_config", "backbone_config", "vision_encoder_config", "image_config")
+
+
+def image_side(c) -> tuple[int, int]:
+    size = _get(c, "image_size", "img_size", "input_size", default=32)
+    if isinstance(size, (list, tuple)):
+        return int(size[0]), int(size[-1])
+    if isinstance(size, dict):
+        return int(size.get("height", 32)), int(size.get("width", 32))
+    return int(size), int(size)
+
+
+def _pixels(ctx: Ctx, c=None, batch: int = BATCH) -> torch.Tensor:
+    c = c if c is not None else image_config(ctx)
+    channels = _get(c, "num_channels", "in_channels", "input_channels", default=3)
+    h, w = image_side(c)
+    return ctx.randn(batch, channels, h, w)
+
+
+GRID_KEYS = ("image_grid_thw", "grid_thw")
+
+
+def _grid_images(ctx: Ctx, batch: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images as the Qwen2-VL family's vision towers take them: ``(patches, channels x temporal
+    patch x patch x patch)`` flattened patches of every image, and each image's ``(t, h, w)``
+    grid in patches; here one frame of ``2 x merge`` patches a side (``merge``: how many patches
+    a side are merged into one token)."""
+    c = image_config(ctx)
+    patch = _get(c, "patch_size", default=14)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    temporal = _get(c, "temporal_patch_size", default=1)
+    merge = _get(c, "spatial_merge_size", "merge_size", default=1)
+    channels = _get(c, "in_channels", "num_channels", "in_chans", default=3)
+    side = 2 * merge
+    grid = torch.tensor([[1, side, side]] * batch)
+    return ctx.randn(batch * side * side, channels * temporal * patch * patch), grid
+
+
+def _video(ctx: Ctx) -> torch.Tensor:
+    c = image_config(ctx)
+    frames = _get(c, "num_frames", "frames_per_clip", default=4)
+    channels = _get(c, "num_channels", default=3)
+    h, w = image_side(c)
+    return ctx.randn(BATCH, frames, channels, h, w)
+
+
+def audio_config(ctx: Ctx):
+    return ctx.sub("audio_config", "speech_config", "encoder_config", "audio_encoder_config")
+
+
+def _input_values(ctx: Ctx) -> torch.Tensor:
+    """Raw audio: (batch, samples), or (batch, channels, samples) for the codecs (a config with
+    codebooks) and the encoders that take a channel axis (a padding mask)."""
+    c = audio_config(ctx)
+    channels = _get(c, "audio_channels", "channels", "num_channels", default=1)
+    codec = _get(c, "codebook_size", "n_codebooks") is not None and "input_features" not in ctx.params
+    if ctx.model_type in CHANNEL_AXIS_AUDIO or codec or ("padding_mask" in ctx.params and isinstance(channels, int)):
+        return ctx.randn(BATCH, channels if isinstance(channels, int) else 1, AUDIO_SAMPLES)
+    return ctx.randn(BATCH, AUDIO_SAMPLES)
+
+
+def _input_features(ctx: Ctx) -> torch.Tensor | None:
+    """Filter-bank features: (batch, mel bins, frames) for Whisper-style encoders (those with a
+    fixed input length, ``max_source_positions``: twice as many frames), else (batch, frames,
+    features). None when the config names no feature size (a tower the family does not have)."""
+    c = audio_config(ctx)
+    if _get(c, "input_feat_per_channel") is not None:  # Speech2Text
+        return ctx.randn(BATCH, AUDIO_FRAMES, c.input_feat_per_channel * _get(c, "input_channels", default=1))
+    mel = _get(c, "num_mel_bins", "n_mels", "num_mels")
+    src = _get(c, "max_source_positions")
+    if mel is not None and (src is not None or ctx.model_type in MEL_FIRST) and ctx.model_type not in FRAMES_FIRST:
+        return ctx.randn(BATCH, mel, 2 * src if src is not None else AUDIO_FRAMES)
+    size = _get(c, "input_dim", default=mel)  # input_dim: frames stacked before the encoder
+    size = size if size is not None else _get(c, "feature_projection_input_dim", "feature_size", "input_feature_size")
+    return ctx.randn(BATCH, AUDIO_FRAMES, size) if isinstance(size, int) else None
+
+
+# Families whose raw audio has a channel axis though their forward takes no padding mask.
+CHANNEL_AXIS_AUDIO: set[str] = set()
+# Exceptions to the rule of ``_input_features``: (batch, mel bins, frames) without a fixed
+# input length, and (batch, frames, mel bins) with one.
+MEL_FIRST = {"glmasr", "glmasr_encoder", "voxtral_realtime", "voxtral_realtime_encoder"}
+FRAMES_FIRST: set[str] = set()
+
+
+def _labels(ctx: Ctx, out: dict) -> None:
+    task, c = ctx.task, ctx.config
+    decoder_only = task in ("seq2seq-lm", "speech-seq2seq") and not getattr(c, "is_encoder_decoder", False)
+    if task in ("masked-lm", "causal-lm", "image-text-to-text", "multimodal-lm") or decoder_only:
+        # a sequence-to-sequence head that is decoder-only (audio LLMs) is trained as a causal LM
+        labels = out["input_ids"].clone()
+        if "attention_mask" in out:
+            labels[out["attention_mask"] == 0] = -100
+        for k in ("image_token_id", "image_token_index", "video_token_id", "audio_token_id", "audio_token_index"):
+            v = _get(c, k)
+            if isinstance(v, int):
+                labels[labels == v] = -100
+        out["labels"] = labels
+    elif task in ("seq2seq-lm", "speech-seq2seq"):
+        vocab = text_vocab(ctx.model, c)
+        out["labels"] = ordinary_ids(ctx, (BATCH, TARGET_LEN), vocab)
+    elif task == "ctc":
+        if "attention_mask" in ctx.params and "attention_mask" not in out:  # the loss reads the input lengths
+            audio = out.get("input_values", out.get("input_features"))
+            out["attention_mask"] = torch.ones(audio.shape[:2], dtype=torch.long)
+        vocab = _get(c, "vocab_size", default=32)
+        labels = ctx.randint(1, vocab, (BATCH, 4))
+        labels[1, -1] = -100
+        out["labels"] = labels
+    elif task in ("audio-classification", "image-classification", "video-classification"):
+        out["labels"] = ctx.randint(0, c.num_labels, (BATCH,))
+    elif task == "object-detection":
+        out["labels"] = [{"class_labels": ctx.randint(0, c.num_labels, (2,)),
+                          "boxes": torch.cat([0.25 + 0.5 * torch.rand(2, 2, generator=ctx.g),
+                                              0.1 + 0.2 * torch.rand(2, 2, generator=ctx.g)], dim=1)}
+                         for _ in range(BATCH)]
+    elif task == "semantic-segmentation":
+        h, w = out["pixel_values"].shape[-2:]
+        out["labels"] = ctx.randint(0, c.num_labels, (BATCH, h, w))
+    elif task == "universal-segmentation":
+        h, w = out["pixel_values"].shape[-2:]
+        out["mask_labels"] = [(torch.rand(2, h, w, generator=ctx.g) > 0.5).float() for _ in range(BATCH)]
+        out["class_labels"] = [ctx.randint(0, c.num_labels, (2,)) for _ in range(BATCH)]
+    elif task == "depth-estimation":
+        h, w = out["pixel_values"].shape[-2:]
+        out["labels"] = torch.rand(BATCH, h, w, generator=ctx.g) + 0.5
+    elif task == "contrastive":
+        out["return_loss"] = True
+
+
+def _token_id(config, *names: str) -> int | None:
+    """The first of the placeholder token ids ``names`` the config (or its text config) sets."""
+    for src in (config, getattr(config, "text_config", None)):
+        v = _get(src, *names) if src is not None else None
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _image_token_id(config) -> int | None:
+    return _token_id(config, "image_token_id", "image_token_index")
+
+
+def image_features_count(ctx: Ctx, images: dict) -> list[int]:
+    """How many placeholder tokens each image of ``images`` takes: the rows of the features the
+    model's own ``get_image_features`` returns for them."""
+    fn = getattr(ctx.model, "get_image_features", None) or getattr(getattr(ctx.model, "model", None),
+                                                                   "get_image_features")
+    sig = inspect.signature(fn).parameters
+    if "image_sizes" in sig and "image_sizes" not in images and "image_sizes" in ctx.params:
+        images["image_sizes"] = torch.tensor([list(images["pixel_values"].shape[-2:])] * BATCH)
+    kwargs = {k: v for k, v in {**ctx.batch, **images}.items() if k in sig}
+    with torch.no_grad():
+        out = fn(**kwargs)
+    feats = getattr(out, "pooler_output", None)
+    if feats is None:
+        feats = out[0] if isinstance(out, (tuple, list)) and not isinstance(out[0], torch.Tensor) else out
+    if isinstance(feats, torch.Tensor):
+        if feats.dim() == 3:
+            return [feats.shape[1]] * feats.shape[0]
+        total = feats.shape[0]
+        return [total // BATCH] * BATCH
+    rows = [t.numel() // t.shape[-1] for t in feats]
+    if len(rows) == BATCH:
+        return rows
+    total = sum(rows)
+    return [total // BATCH] * BATCH
+
+
+def _with_placeholders(ctx: Ctx, token: int, counts: list[int], text_len: int = SEQ // 2) -> dict:
+    """Token ids per row: ``counts[row]`` placeholder tokens, then ordinary text; no padding
+    (right-padding a prompt would put padding inside what generate continues)."""
+    vocab = text_vocab(ctx.model, ctx.config)
+    rows = []
+    width = max(counts) + text_len
+    for n in counts:
+        text = ordinary_ids(ctx, (width - n,), vocab)
+        rows.append(torch.cat([torch.full((n,), token, dtype=torch.long), text]))
+    ids = torch.stack(rows)
+    out = {"input_ids": ids}
+    if "attention_mask" in ctx.params:
+        out["attention_mask"] = torch.ones_like(ids)
+    return out
+
+
+def _multimodal(ctx: Ctx) -> dict:
+    spec = SPECS.get(ctx.model_type)
+    if spec is not None and spec.inputs is not None:  # family inputs the image features depend on
+        ctx.batch = spec.inputs(ctx)
+    if "image_grid_thw" in ctx.params:
+        pixels, grid = _grid_images(ctx)
+        images = {"pixel_values": pixels, "image_grid_thw": grid}
+    elif getattr(ctx.config, "image_grid_pinpoints", None):  # the base image and one tile, as (batch, 2, c, h, w)
+        pixels = torch.stack([_pixels(ctx), _pixels(ctx)], dim=1)
+        images = {"pixel_values": pixels, "image_sizes": torch.tensor([list(pixels.shape[-2:])] * BATCH)}
+    else:
+        images = {"pixel_values": _pixels(ctx)}
+    token = _image_token_id(ctx.config)
+    if token is None:  # the image is not spliced into the text (GIT and kin): text and pixels
+        return {**_text(ctx, pad=False), **images}
+    counts = image_features_count(ctx, images)
+    text = _with_placeholders(ctx, token, counts)
+    if "mm_token_type_ids" in ctx.params:  # which tokens are image tokens (multimodal RoPE)
+        text["mm_token_type_ids"] = (text["input_ids"] == token).int()
+    return {**text, **images}
+
+
+AUDIO_MASKS = ("input_features_mask", "feature_attention_mask", "audio_attention_mask", "padding_mask")
+
+
+def _audio_token_id(config) -> int | None:
+    return _token_id(config, "audio_token_id", "audio_token_index")
+
+
+def _features_fn(model, name: str):
+    fn = getattr(model, name, None)
+    return fn if fn is not None else getattr(getattr(model, "model", None), name, None)
+
+
+def _audio_lm(ctx: Ctx) -> dict | None:
+    """A language model that splices audio into its text (audio LLMs): the audio, its frame mask,
+    and text with as many audio placeholder tokens per row as the model's own
+    ``get_audio_features`` returns. None when the model is not one."""
+    token, fn = _audio_token_id(ctx.config), _features_fn(ctx.model, "get_audio_features")
+    if token is None or fn is None or "input_ids" not in ctx.params:
+        return None
+    key = "input_features" if "input_features" in ctx.params else "input_values"
+    audio = _input_features(ctx) if key == "input_features" else _input_values(ctx)
+    if audio is None:
+        return None
+    out = {key: audio}
+    mask = next((m for m in AUDIO_MASKS if m in ctx.params), None)
+    if mask is not None:
+        mel_first = audio.dim() == 3 and audio.shape[1] == _get(audio_config(ctx), "num_mel_bins", "n_mels")
+        out[mask] = torch.ones(BATCH, audio.shape[-1] if mel_first else audio.shape[1], dtype=torch.long)
+    sig = inspect.signature(fn).parameters
+    audio_arg = next((a for a in (key, "input_features", "input_values") if a in sig), key)
+    mask_arg = next((a for a in AUDIO_MASKS + ("attention_mask",) if a in sig), None)
+    kwargs = {audio_arg: audio}
+    if mask is not None and mask_arg is not None:
+        kwargs[mask_arg] = out[mask]
+    with torch.no_grad():
+        feats = fn(**kwargs)
+    feats = getattr(feats, "pooler_output", None) if not isinstance(feats, torch.Tensor) else feats
+    if feats is None:
+        return None
+    n = feats.shape[1] if feats.dim() == 3 else feats.shape[0] // BATCH
+    return {**_with_placeholders(ctx, token, [n] * BATCH), **out}
+
+
+def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict | None]:
+    """``(train, generate)``: the forward/backward inputs with the task's labels, and the prompt
+    for ``generate`` (None when the head does not generate text)."""
+    params = dict(inspect.signature(model.forward).parameters)
+    ctx = Ctx(model_type, model, config, task, params, torch.Generator().manual_seed(1))
+    spec = SPECS.get(model_type)
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty
+                and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+    out: dict[str, Any] = {}
+    if task == "causal-lm":
+        from torch_neuronx.testing.transformers_sweep import _make_batches
+
+        train, gen = _make_batches(model_type, model, config)
+        ctx.batch = train
+        if spec is not None and spec.inputs is not None:
+            _merge(train, spec.inputs(ctx))
+        if spec is not None and spec.labels is not None:
+            _merge(train, spec.labels(ctx))
+        return train, gen
+    audio_lm = _audio_lm(ctx) if task in LM_TASKS + ("base",) and _image_token_id(config) is None else None
+    if audio_lm is not None:
+        out.update(audio_lm)
+    elif task in ("image-text-to-text", "multimodal-lm") or (
+            task == "base" and {"input_ids", "pixel_values"} <= set(params) and _image_token_id(config) is not None
+            and getattr(config, "vision_config", None) is not None):
+        out.update(_multimodal(ctx))
+    else:
+        if "input_ids" in params and (task in LM_TASKS or task == "contrastive" or "input_ids" in required
+                                      or not ({"pixel_values", "input_values", "input_features"} & set(params))):
+            out.update(_text(ctx))
+        grid_key = next((k for k in GRID_KEYS if k in params), None)
+        if grid_key is not None and {"pixel_values", "hidden_states"} & set(params):
+            pixels, grid = _grid_images(ctx)
+            out.update({"pixel_values" if "pixel_values" in params else "hidden_states": pixels, grid_key: grid})
+        elif "pixel_values" in params and ("pixel_values" in required or task not in LM_TASKS):
+            out["pixel_values"] = _video(ctx) if task == "video-classification" else _pixels(ctx)
+        if "pixel_values_videos" in params and "pixel_values_videos" in required:
+            out["pixel_values_videos"] = _video(ctx)
+        if "input_values" in params:
+            out["input_values"] = _input_values(ctx)
+        if "input_features" in params:
+            features = _input_features(ctx)
+            if features is not None:
+                out["input_features"] = features
+        audio = out.get("input_features", out.get("input_values"))
+        mask = next((m for m in AUDIO_MASKS[:3] if m in params), None)
+        if audio is not None and mask is not None and audio.dim() == 3:  # a frame mask for filter-bank features
+            mel_first = audio.shape[1] == _get(audio_config(ctx), "num_mel_bins", "n_mels")
+            out[mask] = torch.ones(BATCH, audio.shape[-1] if mel_first else audio.shape[1], dtype=torch.long)
+    if "bbox" in params and "input_ids" in out:  # layout models: a box (x0, y0, x1, y1) per token
+        corners = ctx.randint(0, 500, (*out["input_ids"].shape, 2))
+        out["bbox"] = torch.cat([corners, corners + ctx.randint(1, 500, corners.shape)], dim=-1)
+    ctx.batch = out
+    if spec is not None and spec.inputs is not None:
+        _merge(out, spec.inputs(ctx))
+    if spec is not None and spec.labels is not None:
+        _merge(out, spec.labels(ctx))
+    else:
+        _labels(ctx, out)
+    gen = None
+    if task in TEXT_GENERATION and (spec is None or spec.generate) and model.can_generate():
+        gen = {k: v for k, v in out.items() if k not in ("labels", "decoder_input_ids", "return_loss")}
+        vocab = text_vocab(model, config)
+        gen["_pad_token_id"] = pad_id(ctx, vocab)
+    return out, gen
+
+
+def _merge(out: dict, extra: dict) -> None:
+    for k, v in extra.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+
+
+# ---- per-family needs ---------------------------------------------------------------------------
+
+def _changes(reason: str, **changes) -> Spec:
+    """A spec that only changes the tiny config (``__`` in a keyword stands for a dot)."""
+    return Spec(reason, config=Override(reason, changes={k.replace("__", "."): v for k, v in changes.items()}))
+
+
+def _stacked_features(ctx: Ctx) -> dict:
+    c = audio_config(ctx)
+    return {"input_features": ctx.randn(BATCH, AUDIO_FRAMES, 4 * c.num_mel_bins)}
+
+
+def _spectrogram(ctx: Ctx) -> dict:
+    return {"input_values": ctx.randn(BATCH, ctx.config.max_length, ctx.config.num_mel_bins)}
+
+
+def _shifted_labels(ctx: Ctx) -> dict:
+    """Labels, and the decoder inputs they shift to (for the heads that do not shift them)."""
+    labels = ordinary_ids(ctx, (BATCH, TARGET_LEN))
+    start = torch.full((BATCH, 1), ctx.config.decoder_start_token_id, dtype=torch.long)
+    return {"labels": labels, "decoder_input_ids": torch.cat([start, labels[:, :-1]], dim=1)}
+
+
+def _patch_sequence(ctx: Ctx) -> dict:
+    """Images as NaFlex towers (SigLIP 2) take them: a sequence of flattened patches, its mask and
+    the patch grid's shape."""
+    c = image_config(ctx)
+    side, patch = image_side(c)[0], c.patch_size
+    n = side // patch
+    return {"pixel_values": ctx.randn(BATCH, n * n, c.num_channels * patch * patch),
+            "pixel_attention_mask": torch.ones(BATCH, n * n, dtype=torch.long),
+            "spatial_shapes": torch.tensor([[n, n]] * BATCH)}
+
+
+def _qformer_text(ctx: Ctx) -> dict:
+    vocab = ctx.config.qformer_config.vocab_size
+    return {"qformer_input_ids": ctx.randint(1, vocab, (BATCH, SEQ // 2)),
+            "qformer_attention_mask": torch.ones(BATCH, SEQ // 2, dtype=torch.long)}
+
+
+def _kosmos2_text(ctx: Ctx) -> dict:
+    n = ctx.config.latent_query_num
+    ids = ordinary_ids(ctx, (BATCH, n + SEQ // 2))
+    where = torch.zeros_like(ids)
+    where[:, 1:1 + n] = 1  # the image's latent queries go after the first token
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "image_embeds_position_mask": where}
+
+
+_STACKED = "the feature extractor hands over mel frames delta-expanded and stacked in pairs (4 x mel bins)"
+_NAFLEX = "takes images as sequences of flattened patches with their grid (NaFlex)"
+_HF_BACKBONE = "the default backbone is timm's; the family's Transformers ResNet backbone needs no package"
+_QUERY_TOKENS = "the checkpoints set the image placeholder token (one per Q-Former query), the default config does not"
+_NO_LOSS = "the head computes no training loss: no labels; the gradients come from a projection of its outputs"
+_CTC_VOCAB = "the CTC head's vocabulary is not in the default config"
+_HIDDEN_DIM = "the encoder's width (hidden_dim) is not a field the generic shrink knows"
+_INDEXER = "the indexer's top-k must be a multiple of its pooling"
+
+SPECS: dict[str, Spec] = {
+    "apertus1p5": _changes("the image and audio code ranges must fit the tiny vocabulary, back to back",
+                           image_token_offset=64, vision_config__codebook_size=64, audio_token_offset=128,
+                           audio_config__codebook_size=64),
+    "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
+                                          inputs=_spectrogram),
+    "blip-2": _changes(_QUERY_TOKENS, image_token_index=255, num_query_tokens=4),
+    **{m: _changes(_HF_BACKBONE, use_timm_backbone=False)
+       for m in ("conditional_detr", "dab-detr", "deformable_detr", "detr", "table-transformer")},
+    **{m: Spec(_NO_LOSS, labels=lambda ctx: {}) for m in ("depth_pro", "pp_doclayout_v4")},
+    "efficientloftr": _changes("the last stage's width must be the hidden size", out_features=[16, 16, 32, 64]),
+    "embedding_gemma2": Spec("a text embedding model: its default config has no vision or audio tower",
+                             inputs=lambda ctx: {"pixel_values": None, "input_features": None, **_text(ctx)}),
+    "fsmt": Spec("the head does not shift its labels into decoder inputs", labels=_shifted_labels),
+    "fun_asr_nano": _changes("the adaptor's width must be a quarter of the text model's",
+                             adaptor_config__intermediate_size=16),
+    "gemma3": _changes("image tokens per image: no more than the tiny image's patches", mm_tokens_per_image=4),
+    "glm5_next": _changes(_INDEXER, text_config__index_kpool=4),
+    "glm5_next_text": _changes(_INDEXER, index_kpool=4),
+    "granite_speech": _changes(_HIDDEN_DIM, encoder_config__hidden_dim=64),
+    "granite_speech_plus": _changes(_HIDDEN_DIM, encoder_config__hidden_dim=64),
+    "granite_speech5_ctc": Spec(_STACKED, inputs=_stacked_features),
+    "granite_speech5_encoder": Spec(_STACKED, inputs=_stacked_features),
+    **{m: Spec(_QUERY_TOKENS + "; the Q-Former reads the instruction too",
+               config=Override("", changes={"image_token_index": 255, "num_query_tokens": 4}), inputs=_qformer_text)
+       for m in ("instructblip", "instructblipvideo")},
+    "kosmos-2": Spec("the text marks where the image's latent queries go (image_embeds_position_mask); the text "
+                     "model's width is embed_dim, a field the generic shrink leaves",
+                     config=Override("", changes={"text_config.embed_dim": 64, "text_config.ffn_dim": 128,
+                                                  "latent_query_num": 4}), inputs=_kosmos2_text),
+    "luke": _changes("the entity vocabulary is not a field the generic shrink knows", entity_vocab_size=64),
+    "mobilevitv2": _changes("five stride-2 stages and a 2 x 2 unfolding patch: a 64-pixel image", image_size=64),
+    "molmo2": _changes("the adapter reads vision layers that the two-layer tower has",
+                       adapter_config__vision_feature_layer=[-1, -2]),
+    "perceiver": Spec("the byte-level masked LM decodes max_position_embeddings positions: inputs that long; "
+                      "its latents are not fields the generic shrink knows",
+                      config=Override("", changes={"max_position_embeddings": 32, "d_latents": 64, "num_latents": 16}),
+                      inputs=lambda ctx: _text(ctx, seq=ctx.config.max_position_embeddings)),
+    "siglip2": Spec(_NAFLEX, inputs=_patch_sequence),
+    "siglip2_vision_model": Spec(_NAFLEX, inputs=_patch_sequence),
+    "tvp": _changes("the visual prompt is sized for the image", max_img_size=32, visual_prompt_size=4),
+    "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
+                     noise_scale=0.0, noise_scale_duration=0.0),
+    "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
+    "wav2vec2-conformer": _changes(_CTC_VOCAB, vocab_size=32),
+}
