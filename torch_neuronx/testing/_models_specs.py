@@ -448,6 +448,10 @@ def _with_placeholders(ctx: Ctx, token: int, counts: list[int], text_len: int = 
     return out
 
 
+# Families whose pixel values have an images-per-sample axis: (batch, images, channels, h, w).
+IMAGES_AXIS = {"idefics2", "idefics3"}
+
+
 def _multimodal(ctx: Ctx) -> dict:
     spec = SPECS.get(ctx.model_type)
     if spec is not None and spec.inputs is not None:  # family inputs the image features depend on
@@ -458,6 +462,8 @@ def _multimodal(ctx: Ctx) -> dict:
     elif getattr(ctx.config, "image_grid_pinpoints", None):  # the base image and one tile, as (batch, 2, c, h, w)
         pixels = torch.stack([_pixels(ctx), _pixels(ctx)], dim=1)
         images = {"pixel_values": pixels, "image_sizes": torch.tensor([list(pixels.shape[-2:])] * BATCH)}
+    elif ctx.model_type in IMAGES_AXIS:
+        images = {"pixel_values": _pixels(ctx).unsqueeze(1)}
     else:
         images = {"pixel_values": _pixels(ctx)}
     token = _image_token_id(ctx.config)
@@ -531,7 +537,7 @@ def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict |
             _merge(train, spec.inputs(ctx))
         if spec is not None and spec.labels is not None:
             _merge(train, spec.labels(ctx))
-        return train, gen
+        return train, (gen if spec is None or spec.generate else None)
     audio_lm = _audio_lm(ctx) if task in LM_TASKS + ("base",) and _image_token_id(config) is None else None
     if audio_lm is not None:
         out.update(audio_lm)
@@ -651,6 +657,9 @@ SPECS: dict[str, Spec] = {
                            audio_config__codebook_size=64),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
+    "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
+                "BltConfig does not have (the causal-LM sweep records the same); the other stages are compared",
+                generate=False),
     "blip-2": _changes(_QUERY_TOKENS, image_token_index=255, num_query_tokens=4),
     **{m: _changes(_HF_BACKBONE, use_timm_backbone=False)
        for m in ("conditional_detr", "dab-detr", "deformable_detr", "detr", "table-transformer")},
