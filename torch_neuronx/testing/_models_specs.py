@@ -310,7 +310,7 @@ def _video(ctx: Ctx) -> torch.Tensor:
 
 
 def audio_config(ctx: Ctx):
-    return ctx.sub("audio_config", "speech_config", "encoder_config", "audio_encoder_config")
+    return ctx.sub("audio_config", "speech_config", "encoder_config", "audio_encoder_config", "asr_config")
 
 
 def _input_values(ctx: Ctx) -> torch.Tensor:
@@ -341,7 +341,7 @@ def _input_features(ctx: Ctx) -> torch.Tensor | None:
 
 
 # Families whose raw audio has a channel axis though their forward takes no padding mask.
-CHANNEL_AXIS_AUDIO: set[str] = set()
+CHANNEL_AXIS_AUDIO: set[str] = {"vibevoice_acoustic_tokenizer"}
 # Exceptions to the rule of ``_input_features``: (batch, mel bins, frames) without a fixed
 # input length, and (batch, frames, mel bins) with one.
 MEL_FIRST = {"glmasr", "glmasr_encoder", "voxtral_realtime", "voxtral_realtime_encoder"}
@@ -467,6 +467,8 @@ def _multimodal(ctx: Ctx) -> dict:
     else:
         images = {"pixel_values": _pixels(ctx)}
     token = _image_token_id(ctx.config)
+    if token is None and "pixel_values" not in ctx.params:  # images under another name: the family's spec
+        return _text(ctx, pad=False)
     if token is None:  # the image is not spliced into the text (GIT and kin): text and pixels
         return {**_text(ctx, pad=False), **images}
     counts = image_features_count(ctx, images)
@@ -519,6 +521,38 @@ def _audio_lm(ctx: Ctx) -> dict | None:
     return {**_with_placeholders(ctx, token, [n] * BATCH), **out}
 
 
+def _time_series(ctx: Ctx) -> dict:
+    """A forecasting model's history (``past_values``): ``context_length`` steps (plus the longest
+    lag for the models that read lagged values), per input channel; with its observed mask, its
+    padding and frequency (TimesFM), its time features, and the future window of
+    ``prediction_length`` (or ``horizon_length``) steps the models with a decoder read."""
+    c, p = ctx.config, ctx.params
+    context = _get(c, "context_length", default=32)
+    lags = _get(c, "lags_sequence")
+    length = context + (max(lags) if lags else 0)
+    channels = _get(c, "num_input_channels", default=_get(c, "input_size", default=1))
+    single = "past_time_features" in p or "past_values_padding" in p or "freq" in p or channels == 1 and \
+        _get(c, "num_input_channels") is None
+    shape = (BATCH, length) if single and channels == 1 else (BATCH, length, channels)
+    out = {"past_values": ctx.randn(*shape)}
+    for k in ("past_observed_mask", "observed_mask"):
+        if k in p:
+            out[k] = torch.ones(shape)
+    if "past_values_padding" in p:
+        out["past_values_padding"] = torch.zeros(shape, dtype=torch.long)
+    if "freq" in p:
+        out["freq"] = torch.zeros(BATCH, 1, dtype=torch.long)
+    time_features = _get(c, "num_time_features")
+    if "past_time_features" in p:
+        horizon = _get(c, "prediction_length", default=4)
+        out["past_time_features"] = ctx.randn(BATCH, length, time_features or 0)
+        if "future_values" in p:
+            out["future_values"] = ctx.randn(BATCH, horizon, *shape[2:])
+        if "future_time_features" in p:
+            out["future_time_features"] = ctx.randn(BATCH, horizon, time_features or 0)
+    return out
+
+
 def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict | None]:
     """``(train, generate)``: the forward/backward inputs with the task's labels, and the prompt
     for ``generate`` (None when the head does not generate text)."""
@@ -538,6 +572,14 @@ def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict |
         if spec is not None and spec.labels is not None:
             _merge(train, spec.labels(ctx))
         return train, (gen if spec is None or spec.generate else None)
+    if "past_values" in params:  # forecasting models: a history, not tokens or pixels
+        out.update(_time_series(ctx))
+        ctx.batch = out
+        if spec is not None and spec.inputs is not None:
+            _merge(out, spec.inputs(ctx))
+        if spec is not None and spec.labels is not None:
+            _merge(out, spec.labels(ctx))
+        return out, None
     audio_lm = _audio_lm(ctx) if task in LM_TASKS + ("base",) and _image_token_id(config) is None else None
     if audio_lm is not None:
         out.update(audio_lm)
@@ -642,6 +684,74 @@ def _kosmos2_text(ctx: Ctx) -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "image_embeds_position_mask": where}
 
 
+def _seq_embeds(ctx: Ctx, *names: str, seq: int = SEQ, width: int | None = None) -> dict:
+    """Hidden states of the config's width, (batch, seq, width), for each input of ``names``."""
+    width = width if width is not None else ctx.config.hidden_size
+    return {n: ctx.randn(BATCH, seq, width) for n in names}
+
+
+def _decision_trajectory(ctx: Ctx) -> dict:
+    c = ctx.config
+    return {"states": ctx.randn(BATCH, SEQ, c.state_dim), "actions": ctx.randn(BATCH, SEQ, c.act_dim),
+            "rewards": ctx.randn(BATCH, SEQ, 1), "returns_to_go": ctx.randn(BATCH, SEQ, 1),
+            "timesteps": ctx.randint(0, c.max_ep_len, (BATCH, SEQ)),
+            "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}
+
+
+def _lxmert_visual(ctx: Ctx) -> dict:
+    boxes = 4
+    return {**_text(ctx), "visual_feats": ctx.randn(BATCH, boxes, ctx.config.visual_feat_dim),
+            "visual_pos": torch.rand(BATCH, boxes, ctx.config.visual_pos_dim, generator=ctx.g)}
+
+
+def _muse_assistant(ctx: Ctx) -> dict:
+    c = ctx.config
+    return {"noise_embeds": ctx.randn(BATCH, c.block_size, c.hidden_size),
+            "context_hidden_states": ctx.randn(BATCH, SEQ // 2, c.hidden_size * len(c.target_layer_ids)),
+            "attention_mask": torch.ones(BATCH, SEQ // 2 + c.block_size, dtype=torch.long)}  # spans both
+
+
+def _seggpt_prompt(ctx: Ctx) -> dict:
+    """The input image and the prompt image are stacked on the height axis into the model's image
+    size: each is half its height; the prompt's mask is an image of the same shape."""
+    b, ch, h, w = ctx.batch["pixel_values"].shape
+    shape = (b, ch, h // 2, w)
+    return {"pixel_values": ctx.randn(*shape), "prompt_pixel_values": ctx.randn(*shape),
+            "prompt_masks": ctx.randn(*shape)}
+
+
+def _image_pair(ctx: Ctx) -> dict:
+    """Keypoint matchers take the two images to match as one (batch, 2, channels, h, w) input."""
+    return {"pixel_values": torch.stack([_pixels(ctx), _pixels(ctx)], dim=1)}
+
+
+def _gemma4_patches(ctx: Ctx) -> dict:
+    """Images as flattened patches (batch, patches, 3 x patch x patch) with each patch's (x, y)
+    position; a side of as many patches as the pooling kernel merges, twice."""
+    c = ctx.config
+    side = 2 * c.pooling_kernel_size
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    pos = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+    return {"pixel_values": torch.rand(BATCH, side * side, 3 * c.patch_size ** 2, generator=ctx.g),
+            "pixel_position_ids": pos.unsqueeze(0).expand(BATCH, -1, -1).contiguous()}
+
+
+def _kosmos2_5_inputs(ctx: Ctx) -> dict:
+    """Images as the processor flattens them: (row, column) then the patch's pixels, per patch;
+    the text marks where the image's latent queries go."""
+    c = ctx.config
+    patches = 16
+    rows = torch.arange(patches, dtype=torch.float32) // 4 + 1
+    cols = torch.arange(patches, dtype=torch.float32) % 4 + 1
+    pixels = ctx.randn(BATCH, patches, c.vision_config.patch_embed_hidden_size)
+    flat = torch.cat([rows.expand(BATCH, -1)[..., None], cols.expand(BATCH, -1)[..., None], pixels], dim=-1)
+    return {**_kosmos2_text(ctx), "flattened_patches": flat}
+
+
+_REQUIRED = "its forward requires an input the generic rules do not build"
+_DECODER_LATENTS = "a codec's decoder: it takes the continuous latents its encoder makes, not audio"
+
+
 _STACKED = "the feature extractor hands over mel frames delta-expanded and stacked in pairs (4 x mel bins)"
 _NAFLEX = "takes images as sequences of flattened patches with their grid (NaFlex)"
 _HF_BACKBONE = "the default backbone is timm's; the family's Transformers ResNet backbone needs no package"
@@ -649,12 +759,73 @@ _QUERY_TOKENS = "the checkpoints set the image placeholder token (one per Q-Form
 _NO_LOSS = "the head computes no training loss: no labels; the gradients come from a projection of its outputs"
 _CTC_VOCAB = "the CTC head's vocabulary is not in the default config"
 _HIDDEN_DIM = "the encoder's width (hidden_dim) is not a field the generic shrink knows"
+_FORECAST = "the forecast horizon is left to the checkpoints (no default): a short history, short lags, one time feature"
 _INDEXER = "the indexer's top-k must be a multiple of its pooling"
 
 SPECS: dict[str, Spec] = {
     "apertus1p5": _changes("the image and audio code ranges must fit the tiny vocabulary, back to back",
                            image_token_offset=64, vision_config__codebook_size=64, audio_token_offset=128,
                            audio_config__codebook_size=64),
+    **{m: _changes(_FORECAST, prediction_length=4, context_length=8, lags_sequence=[1, 2, 3], num_time_features=1)
+       for m in ("informer", "time_series_transformer")},
+    "autoformer": _changes(_FORECAST + "; the decoder's label window fits in that history", prediction_length=4,
+                           context_length=8, lags_sequence=[1, 2, 3], num_time_features=1, label_length=4),
+    "gemma3n_audio": Spec(_REQUIRED + ": mel frames (batch, frames, mel bins) and their padding mask (True: padding)",
+                          inputs=lambda ctx: {"audio_mel": ctx.randn(BATCH, AUDIO_FRAMES, ctx.config.input_feat_size),
+                                              "audio_mel_mask": torch.zeros(BATCH, AUDIO_FRAMES, dtype=torch.bool)}),
+    "gemma4_audio": Spec(_REQUIRED + ": mel frames, as many mel bins as the first subsampling conv's channels",
+                         inputs=lambda ctx: {"input_features": ctx.randn(
+                             BATCH, AUDIO_FRAMES, ctx.config.subsampling_conv_channels[0]),
+                             "attention_mask": torch.ones(BATCH, AUDIO_FRAMES, dtype=torch.bool)}),
+    "mimi_decoder": Spec(_DECODER_LATENTS + " (batch, hidden size, frames)",
+                         inputs=lambda ctx: {"latents": ctx.randn(BATCH, ctx.config.hidden_size, 8)}),
+    "pocket_tts_audio_tokenizer_decoder": Spec(_DECODER_LATENTS + " (batch, hidden size, frames)",
+                                               inputs=lambda ctx: {"latents": ctx.randn(BATCH, ctx.config.hidden_size,
+                                                                                        8)}),
+    "nemotron3_5_transcribe_word_timestamp": Spec(_REQUIRED + ": the transcriber's hidden states (inputs_embeds)",
+                                                  inputs=lambda ctx: _seq_embeds(ctx, "inputs_embeds")),
+    "blip_2_qformer": Spec(_REQUIRED + ": the learnt queries (query_embeds) and the image features they attend to",
+                           inputs=lambda ctx: {"input_ids": None, "attention_mask": None,
+                                               **_seq_embeds(ctx, "query_embeds", seq=4),
+                                               **_seq_embeds(ctx, "encoder_hidden_states", seq=8,
+                                                             width=ctx.config.encoder_hidden_size)}),
+    "decision_transformer": Spec(_REQUIRED + ": a trajectory of states, actions, rewards, returns-to-go and "
+                                 "timesteps", inputs=_decision_trajectory),
+    "lxmert": Spec(_REQUIRED + ": the detector's region features and boxes besides the text", inputs=_lxmert_visual),
+    "muse_glimmer_assistant": Spec(_REQUIRED + ": a block of noised embeddings and the target model's hidden states",
+                                   inputs=_muse_assistant),
+    "seggpt": Spec(_REQUIRED + ": the in-context prompt image and its mask", inputs=_seggpt_prompt),
+    **{m: Spec(_REQUIRED + ": the text prompt (input_ids) the image's detections are conditioned on",
+               inputs=lambda ctx: _text(ctx)) for m in ("sam3", "sam3_lite_text")},
+    "clap": Spec("the audio tower takes mel spectrograms with a channel axis: (batch, 1, frames, mel bins)",
+                 inputs=lambda ctx: {"input_features": ctx.randn(BATCH, 1, 64, ctx.config.audio_config.num_mel_bins)}),
+    "clvp": Spec(_REQUIRED + ": the conditioning mel spectrogram (batch, mel bins, frames)",
+                 inputs=lambda ctx: {"input_features": ctx.randn(BATCH, ctx.config.decoder_config.feature_size,
+                                                                 AUDIO_FRAMES)}),
+    "omniasr_ctc": Spec(_REQUIRED + ": the padding mask of the raw audio (the input lengths the loss reads)",
+                        inputs=lambda ctx: {"padding_mask": torch.ones(BATCH, AUDIO_SAMPLES, dtype=torch.long)}),
+    "muse_spark_audio": Spec("the audio must be a whole number of 1920-sample frames (the feature extractor pads it)",
+                             inputs=lambda ctx: {"input_values": ctx.randn(BATCH, 2 * 1920)}),
+    **{m: Spec(_REQUIRED + ": the text its image-text forward pairs with the image", inputs=lambda ctx: _text(ctx))
+       for m in ("aimv2", "bridgetower")},
+    "lightglue": Spec(_REQUIRED.replace("an input", "an image pair"), inputs=_image_pair),
+    "gemma4_vision": Spec(_REQUIRED + ": images as flattened patches with their positions", inputs=_gemma4_patches),
+    "pi0": Spec(_REQUIRED + ": the robot's state, the actions the flow-matching loss is trained on, and its camera "
+                "images as (batch, cameras, channels, h, w) with their mask; the flow's noise and time given, not sampled "
+                "(the device's random stream is its own)",
+                inputs=lambda ctx: {**_text(ctx, pad=False), "pixel_values": _pixels(ctx).unsqueeze(1),
+                                    "pixel_attention_mask": torch.ones(BATCH, 1, dtype=torch.bool),
+                                    "state": ctx.randn(BATCH, ctx.config.max_state_dim),
+                                    "actions": ctx.randn(BATCH, ctx.config.chunk_size, ctx.config.max_action_dim),
+                                    "noise": ctx.randn(BATCH, ctx.config.chunk_size, ctx.config.max_action_dim),
+                                    "timestep": 0.1 + 0.8 * torch.rand(BATCH, generator=ctx.g)}),
+    "evolla": Spec(_REQUIRED + ": the protein sequence (tokens of the protein encoder's vocabulary) with its mask",
+                   inputs=lambda ctx: {"protein_input_ids": ctx.randint(
+                       4, ctx.config.protein_encoder_config.vocab_size, (BATCH, SEQ)),
+                       "protein_attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}),
+    "kosmos-2.5": Spec(_REQUIRED + ": images as the processor's flattened patches, and where their latent queries go",
+                       config=Override("", changes={"latent_query_num": 4, "vision_config.patch_embed_hidden_size": 48}),
+                       inputs=_kosmos2_5_inputs),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
@@ -664,7 +835,9 @@ SPECS: dict[str, Spec] = {
     **{m: _changes(_HF_BACKBONE, use_timm_backbone=False)
        for m in ("conditional_detr", "dab-detr", "deformable_detr", "detr", "table-transformer")},
     **{m: Spec(_NO_LOSS, labels=lambda ctx: {}) for m in ("depth_pro", "pp_doclayout_v4")},
-    "efficientloftr": _changes("the last stage's width must be the hidden size", out_features=[16, 16, 32, 64]),
+    "efficientloftr": Spec(_REQUIRED.replace("an input", "an image pair") + "; the last stage's width must be the "
+                           "hidden size", config=Override("", changes={"out_features": [16, 16, 32, 64]}),
+                           inputs=_image_pair),
     "embedding_gemma2": Spec("a text embedding model: its default config has no vision or audio tower",
                              inputs=lambda ctx: {"pixel_values": None, "input_features": None, **_text(ctx)}),
     "fsmt": Spec("the head does not shift its labels into decoder inputs", labels=_shifted_labels),
