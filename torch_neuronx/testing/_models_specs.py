@@ -121,7 +121,7 @@ def task_of(model_type: str) -> tuple[str, str]:
 # Families whose multimodal RoPE splits each head's rotary half into (time, height, width)
 # sections with a default sized for the checkpoints' head dim: ``_fit_mrope`` resizes them.
 MROPE = ("qwen2_vl", "qwen2_5_vl", "glm4v", "glm4v_moe", "glm46v", "glmga", "glm_image", "glm_ocr", "paddleocr_vl",
-         "qwen2_5_omni")
+         "qwen2_5_omni", "qwen2_5_omni_thinker")
 
 
 def _fit_mrope(model) -> None:
@@ -449,7 +449,7 @@ def _with_placeholders(ctx: Ctx, token: int, counts: list[int], text_len: int = 
 
 
 # Families whose pixel values have an images-per-sample axis: (batch, images, channels, h, w).
-IMAGES_AXIS = {"idefics2", "idefics3"}
+IMAGES_AXIS = {"idefics", "idefics2", "idefics3"}
 
 
 def _multimodal(ctx: Ctx) -> dict:
@@ -748,6 +748,24 @@ def _kosmos2_5_inputs(ctx: Ctx) -> dict:
     return {**_kosmos2_text(ctx), "flattened_patches": flat}
 
 
+_CHECKPOINT = "the default config leaves to the checkpoints"
+def _transducer_step(ctx: Ctx) -> dict:
+    """One decoder step of a transducer (RNN-T/TDT): the previous token, as in greedy decoding."""
+    vocab = _get(ctx.config, "vocab_size", default=None) or ctx.config.get_text_config().vocab_size
+    return {"decoder_input_ids": ctx.randint(0, vocab, (BATCH, 1))}
+
+
+def _speech_labels(ctx: Ctx) -> dict:
+    """The training targets of a text-to-speech model: each token's duration (2 frames), pitch and
+    energy, and the spectrogram of the frames they make."""
+    c, ids = ctx.config, ctx.batch["input_ids"]
+    durations = torch.full(ids.shape, 2, dtype=torch.long)
+    frames = int(durations.sum(1).max())
+    return {"attention_mask": None, "duration_labels": durations,
+            "spectrogram_labels": ctx.randn(ids.shape[0], frames, c.num_mel_bins),
+            "pitch_labels": ctx.randn(*ids.shape, 1), "energy_labels": ctx.randn(*ids.shape, 1)}
+
+
 _REQUIRED = "its forward requires an input the generic rules do not build"
 _DECODER_LATENTS = "a codec's decoder: it takes the continuous latents its encoder makes, not audio"
 
@@ -826,6 +844,42 @@ SPECS: dict[str, Spec] = {
     "kosmos-2.5": Spec(_REQUIRED + ": images as the processor's flattened patches, and where their latent queries go",
                        config=Override("", changes={"latent_query_num": 4, "vision_config.patch_embed_hidden_size": 48}),
                        inputs=_kosmos2_5_inputs),
+    "cohere_compass": _changes(_CHECKPOINT + ": the RoPE parameters of its attention layers",
+                               text_config__rope_parameters={"full_attention": {"rope_type": "default",
+                                                                                "rope_theta": 10000.0}}),
+    "step3p7": _changes(_CHECKPOINT + ": the sliding window of its local layers", text_config__sliding_window=8),
+    "esm": _changes(_CHECKPOINT + ": the vocabulary size (33 amino-acid tokens) and the padding token", vocab_size=33,
+                    pad_token_id=1),
+    **{m: _changes(_CHECKPOINT + ": the token that opens an image (multimodal RoPE positions start there)",
+                   vision_start_token_id=250) for m in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")},
+    "udop": _changes(_CHECKPOINT + ": the decoder's start token", decoder_start_token_id=0),
+    "t5gemma2_encoder": _changes("the encoder's config lacks the dropout rate its layers read", text_config__dropout_rate=0.0),
+    "moonshine_streaming": _changes("the decoder's key/value heads are not in the default config",
+                                    num_key_value_heads=4),
+    "hunyuan_vl_text": _changes(_CHECKPOINT + ": the multimodal RoPE sections (time, height, width)",
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                 "mrope_section": [2, 3, 3]}),
+    "hunyuan_vl": _changes(_CHECKPOINT + ": the multimodal RoPE sections (time, height, width)",
+                           text_config__rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                         "mrope_section": [2, 3, 3]}),
+    **{m: Spec("a transducer's joint network needs the decoder's previous token besides the audio",
+               inputs=_transducer_step)
+       for m in ("nemotron3_5_asr", "nemotron_asr_streaming", "parakeet_rnnt", "parakeet_tdt")},
+    "fastspeech2_conformer": Spec("training requires every target: durations, pitch, energy and the spectrogram",
+                                  labels=_speech_labels),
+    "idefics": Spec("which images each token attends to (image_attention_mask): every token, its one image",
+                    inputs=lambda ctx: {"image_attention_mask": torch.ones(*ctx.batch["input_ids"].shape, 1,
+                                                                           dtype=torch.long)}
+                    if "input_ids" in ctx.batch else {}),
+    "oneformer": Spec(_REQUIRED + ": the task prompt's token ids (task_inputs)",
+                      inputs=lambda ctx: {"task_inputs": ctx.randint(1, 256, (BATCH, ctx.config.task_seq_len))}),
+    "neucodec": Spec(_REQUIRED + ": the semantic encoder's filter-bank features beside the raw audio; the fused "
+                     "width (semantic and acoustic) is not a field the generic shrink knows",
+                     config=Override("", changes={"quantization_dim": 128}),
+                     inputs=lambda ctx: {"input_values": ctx.randn(BATCH, 1, AUDIO_SAMPLES),
+                                         "input_features": ctx.randn(
+                                             BATCH, AUDIO_FRAMES,
+                                             ctx.config.semantic_model_config.feature_projection_input_dim)}),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
