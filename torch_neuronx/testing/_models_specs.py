@@ -293,8 +293,9 @@ def _grid_images(ctx: Ctx, batch: int = BATCH) -> tuple[torch.Tensor, torch.Tens
     c = image_config(ctx)
     patch = _get(c, "patch_size", default=14)
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch
-    temporal = _get(c, "temporal_patch_size", default=1)
-    merge = _get(c, "spatial_merge_size", "merge_size", default=1)
+    temporal = _get(c, "temporal_patch_size", "patch_temporal", default=1)
+    merge = _get(c, "spatial_merge_size", "merge_size", "merge_kernel_size", default=1)
+    merge = merge[0] if isinstance(merge, (list, tuple)) else merge
     channels = _get(c, "in_channels", "num_channels", "in_chans", default=3)
     side = 2 * merge
     grid = torch.tensor([[1, side, side]] * batch)
@@ -333,9 +334,14 @@ def _input_features(ctx: Ctx) -> torch.Tensor | None:
         return ctx.randn(BATCH, AUDIO_FRAMES, c.input_feat_per_channel * _get(c, "input_channels", default=1))
     mel = _get(c, "num_mel_bins", "n_mels", "num_mels")
     src = _get(c, "max_source_positions")
+    window = _get(c, "n_window")  # encoders that attend in windows of 2 x n_window frames: a whole number of them
     if mel is not None and (src is not None or ctx.model_type in MEL_FIRST) and ctx.model_type not in FRAMES_FIRST:
-        return ctx.randn(BATCH, mel, 2 * src if src is not None else AUDIO_FRAMES)
-    size = _get(c, "input_dim", default=mel)  # input_dim: frames stacked before the encoder
+        frames = 2 * src if src is not None else AUDIO_FRAMES
+        if isinstance(window, int):
+            frames = -(-frames // (2 * window)) * 2 * window
+        return ctx.randn(BATCH, mel, frames)
+    stacked = _get(c, "num_stacked_frames")  # low frame rate encoders: that many frames stacked per step
+    size = _get(c, "input_dim", default=mel * stacked if mel is not None and isinstance(stacked, int) else mel)
     size = size if size is not None else _get(c, "feature_projection_input_dim", "feature_size", "input_feature_size")
     return ctx.randn(BATCH, AUDIO_FRAMES, size) if isinstance(size, int) else None
 
@@ -344,7 +350,7 @@ def _input_features(ctx: Ctx) -> torch.Tensor | None:
 CHANNEL_AXIS_AUDIO: set[str] = {"vibevoice_acoustic_tokenizer"}
 # Exceptions to the rule of ``_input_features``: (batch, mel bins, frames) without a fixed
 # input length, and (batch, frames, mel bins) with one.
-MEL_FIRST = {"glmasr", "glmasr_encoder", "voxtral_realtime", "voxtral_realtime_encoder"}
+MEL_FIRST = {"glmasr", "glmasr_encoder", "voxtral_realtime", "voxtral_realtime_encoder", "qwen3_asr", "qwen3_asr_encoder"}
 FRAMES_FIRST: set[str] = set()
 
 
@@ -449,7 +455,7 @@ def _with_placeholders(ctx: Ctx, token: int, counts: list[int], text_len: int = 
 
 
 # Families whose pixel values have an images-per-sample axis: (batch, images, channels, h, w).
-IMAGES_AXIS = {"idefics", "idefics2", "idefics3"}
+IMAGES_AXIS = {"idefics", "idefics2", "idefics3", "smolvlm"}
 
 
 def _multimodal(ctx: Ctx) -> dict:
@@ -502,16 +508,23 @@ def _audio_lm(ctx: Ctx) -> dict | None:
     if audio is None:
         return None
     out = {key: audio}
+    # raw audio's mask is per sample (its last axis), filter-bank features' per frame
+    mel_first = audio.dim() == 3 and audio.shape[1] == _get(audio_config(ctx), "num_mel_bins", "n_mels")
+    length = audio.shape[-1] if mel_first or key == "input_values" else audio.shape[1]
     mask = next((m for m in AUDIO_MASKS if m in ctx.params), None)
     if mask is not None:
-        mel_first = audio.dim() == 3 and audio.shape[1] == _get(audio_config(ctx), "num_mel_bins", "n_mels")
-        out[mask] = torch.ones(BATCH, audio.shape[-1] if mel_first else audio.shape[1], dtype=torch.long)
+        out[mask] = torch.ones(BATCH, length, dtype=torch.long)
     sig = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_POSITIONAL for p in sig.values()):  # a head forwarding to its base model's
+        inner = _features_fn(getattr(ctx.model, "model", None), "get_audio_features")
+        sig = inspect.signature(inner).parameters if inner is not None else sig
     audio_arg = next((a for a in (key, "input_features", "input_values") if a in sig), key)
     mask_arg = next((a for a in AUDIO_MASKS + ("attention_mask",) if a in sig), None)
     kwargs = {audio_arg: audio}
     if mask is not None and mask_arg is not None:
         kwargs[mask_arg] = out[mask]
+    elif mask_arg is not None and sig[mask_arg].default is inspect.Parameter.empty:  # a mask it requires
+        kwargs[mask_arg] = torch.ones(BATCH, length, dtype=torch.long)
     with torch.no_grad():
         feats = fn(**kwargs)
     feats = getattr(feats, "pooler_output", None) if not isinstance(feats, torch.Tensor) else feats
@@ -766,6 +779,8 @@ def _speech_labels(ctx: Ctx) -> dict:
             "pitch_labels": ctx.randn(*ids.shape, 1), "energy_labels": ctx.randn(*ids.shape, 1)}
 
 
+_HIERA = ("the Hiera backbone's width is its first stage's (embed_dim_per_stage[0]), which the generic shrink sets "
+          "apart; a global-attention block inside a stage of the fewer blocks (not at a pooling block)")
 _REQUIRED = "its forward requires an input the generic rules do not build"
 _DECODER_LATENTS = "a codec's decoder: it takes the continuous latents its encoder makes, not audio"
 
@@ -815,8 +830,6 @@ SPECS: dict[str, Spec] = {
     "seggpt": Spec(_REQUIRED + ": the in-context prompt image and its mask", inputs=_seggpt_prompt),
     **{m: Spec(_REQUIRED + ": the text prompt (input_ids) the image's detections are conditioned on",
                inputs=lambda ctx: _text(ctx)) for m in ("sam3", "sam3_lite_text")},
-    "clap": Spec("the audio tower takes mel spectrograms with a channel axis: (batch, 1, frames, mel bins)",
-                 inputs=lambda ctx: {"input_features": ctx.randn(BATCH, 1, 64, ctx.config.audio_config.num_mel_bins)}),
     "clvp": Spec(_REQUIRED + ": the conditioning mel spectrogram (batch, mel bins, frames)",
                  inputs=lambda ctx: {"input_features": ctx.randn(BATCH, ctx.config.decoder_config.feature_size,
                                                                  AUDIO_FRAMES)}),
@@ -880,6 +893,29 @@ SPECS: dict[str, Spec] = {
                                          "input_features": ctx.randn(
                                              BATCH, AUDIO_FRAMES,
                                              ctx.config.semantic_model_config.feature_projection_input_dim)}),
+    "dpt": _changes("the neck reads one hidden state per backbone layer it names: four layers, each read",
+                    num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3]),
+    "hiera": _changes("the masked units must tile the patch grid after every query pooling: a 64-pixel image",
+                      image_size=[64, 64]),
+    "align": _changes("the text projection must have the image tower's pooled width (640 here), which the "
+                      "generic shrink does not derive; no drop-connect in training (the device's random stream is "
+                      "its own, as CUDA's is)", projection_dim=640, vision_config__drop_connect_rate=0.0),
+    "clap": Spec("the audio tower takes mel spectrograms with a channel axis: (batch, 1, frames, mel bins); its last "
+                 "stage's width (patch embedding width doubled per stage) must be its hidden size",
+                 config=Override("", changes={"audio_config.patch_embeds_hidden_size": 8}),
+                 inputs=lambda ctx: {"input_features": ctx.randn(BATCH, 1, 64, ctx.config.audio_config.num_mel_bins)}),
+    "qwen3_asr": _changes("the audio tower's output width (output_dim) must be the text model's; the generic shrink "
+                          "does not know the field", audio_config__output_dim=64),
+    "csm": Spec("a text prompt (its audio context is optional; the codec's audio would need the processor's cutoffs)",
+                inputs=lambda ctx: {**_text(ctx), "input_values": None}),
+    **{m: _changes(_HIERA, **{f"{prefix}hidden_size": 24, f"{prefix}global_attention_blocks": [4]})
+       for m, prefix in (("sam2_hiera_det_model", ""), ("sam2_vision_model", "backbone_config__"))},
+    "sam2": _changes(_HIERA + "; the feature maps' sizes are those of the tiny image (strides 4, 8, 16)",
+                     vision_config__backbone_config__hidden_size=24,
+                     vision_config__backbone_config__global_attention_blocks=[4],
+                     vision_config__backbone_feature_sizes=[[8, 8], [4, 4], [2, 2]]),
+    "sam3_tracker": _changes("the feature maps' sizes are those of the tiny image",
+                             vision_config__backbone_feature_sizes=[[8, 8], [4, 4], [2, 2]]),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
