@@ -459,6 +459,8 @@ IMAGES_AXIS = {"idefics", "idefics2", "idefics3", "smolvlm"}
 
 
 def _multimodal(ctx: Ctx) -> dict:
+    if "vision_config" in type(ctx.config).sub_configs and getattr(ctx.config, "vision_config", None) is None:
+        return _text(ctx, pad=False)  # the default config has no vision tower (Gemma 4): a text model
     spec = SPECS.get(ctx.model_type)
     if spec is not None and spec.inputs is not None:  # family inputs the image features depend on
         ctx.batch = spec.inputs(ctx)
@@ -470,6 +472,8 @@ def _multimodal(ctx: Ctx) -> dict:
         images = {"pixel_values": pixels, "image_sizes": torch.tensor([list(pixels.shape[-2:])] * BATCH)}
     elif ctx.model_type in IMAGES_AXIS:
         images = {"pixel_values": _pixels(ctx).unsqueeze(1)}
+    elif "spatial_shapes" in ctx.params:  # a NaFlex tower (SigLIP 2): patch sequences with their grid
+        images = _patch_sequence(ctx)
     else:
         images = {"pixel_values": _pixels(ctx)}
     token = _image_token_id(ctx.config)
@@ -781,6 +785,25 @@ def _speech_labels(ctx: Ctx) -> dict:
 
 _HIERA = ("the Hiera backbone's width is its first stage's (embed_dim_per_stage[0]), which the generic shrink sets "
           "apart; a global-attention block inside a stage of the fewer blocks (not at a pooling block)")
+def _qwen2_audio(ctx: Ctx) -> dict:
+    """Whisper-style features and as many audio placeholders per row as the encoder makes of them:
+    its stride-2 conv, then its stride-2 pooling."""
+    features = _input_features(ctx)
+    frames = features.shape[-1]
+    n = ((frames - 1) // 2 + 1 - 2) // 2 + 1
+    return {**_with_placeholders(ctx, ctx.config.audio_token_id, [n] * BATCH), "input_features": features,
+            "feature_attention_mask": torch.ones(BATCH, frames, dtype=torch.long)}
+
+
+def _dia_labels(ctx: Ctx) -> dict:
+    """Audio codes: decoder inputs (batch, frames, channels) and labels per (row, channel) pair,
+    (batch x channels, frames), as the head flattens its logits."""
+    d = ctx.config.decoder_config
+    vocab = d.vocab_size
+    return {"decoder_input_ids": ctx.randint(0, vocab, (BATCH, TARGET_LEN, d.num_channels)),
+            "labels": ctx.randint(0, vocab, (BATCH * d.num_channels, TARGET_LEN))}
+
+
 _REQUIRED = "its forward requires an input the generic rules do not build"
 _DECODER_LATENTS = "a codec's decoder: it takes the continuous latents its encoder makes, not audio"
 
@@ -916,6 +939,24 @@ SPECS: dict[str, Spec] = {
                      vision_config__backbone_feature_sizes=[[8, 8], [4, 4], [2, 2]]),
     "sam3_tracker": _changes("the feature maps' sizes are those of the tiny image",
                              vision_config__backbone_feature_sizes=[[8, 8], [4, 4], [2, 2]]),
+    "vibevoice": Spec("its generate reads the prompt's attention mask", inputs=lambda ctx: {
+        "attention_mask": torch.ones_like(ctx.batch["input_ids"])} if "input_ids" in ctx.batch else {}),
+    "lilt": _changes("the layout embeddings split the width in six (x0, y0, x1, y1, w, h): a width divisible by six "
+                     "and, shrunk by channel_shrink_ratio, by the heads", hidden_size=96),
+    "fastspeech2_conformer_with_hifigan": Spec("the token ids come from the acoustic model's vocabulary (model_config); "
+                                               "training requires every target",
+                                               inputs=lambda ctx: {"input_ids": ordinary_ids(
+                                                   ctx, (BATCH, SEQ), ctx.config.model_config.vocab_size)},
+                                               labels=lambda ctx: _speech_labels(
+                                                   Ctx(ctx.model_type, ctx.model, ctx.config.model_config, ctx.task,
+                                                       ctx.params, ctx.g, ctx.batch))),
+    "qwen2_audio": Spec("the model has no get_audio_features to count its audio placeholders with: counted from "
+                        "its encoder's strides", inputs=_qwen2_audio),
+    "dia": Spec("the decoder reads and predicts one audio code per channel: labels per (row, channel)",
+                labels=_dia_labels),
+    "mistral4": _changes("the rotary part of each head is head_dim x partial_rotary_factor (half): its width, and the "
+                         "rest of the head's, made to match", qk_rope_head_dim=12,
+                         qk_nope_head_dim=12),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
@@ -957,7 +998,14 @@ SPECS: dict[str, Spec] = {
                       inputs=lambda ctx: _text(ctx, seq=ctx.config.max_position_embeddings)),
     "siglip2": Spec(_NAFLEX, inputs=_patch_sequence),
     "siglip2_vision_model": Spec(_NAFLEX, inputs=_patch_sequence),
-    "tvp": _changes("the visual prompt is sized for the image", max_img_size=32, visual_prompt_size=4),
+    "tvp": Spec("the visual prompt is sized for the image (64 pixels: the ResNet backbone pools it 32-fold); the input "
+                "is a clip of the config's frame count with the text query it grounds",
+                config=Override("", changes={"max_img_size": 64, "visual_prompt_size": 4}),
+                inputs=lambda ctx: {**_text(ctx), "pixel_values": ctx.randn(BATCH, ctx.config.num_frames, 3, 64, 64)},
+                unrunnable="library defect: TvpVisionInputEmbedding.add_2d_positional_embeddings views the column "
+                           "embeddings (width x hidden elements) as (batch, 1, width, hidden), which fails for any "
+                           "batch of more than one",
+                unrunnable_match="invalid for input of size 64 [modeling_tvp.py:244 in add_2d_positional_embeddings]"),
     "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
                      noise_scale=0.0, noise_scale_duration=0.0),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
