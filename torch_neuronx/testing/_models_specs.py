@@ -957,6 +957,8 @@ SPECS: dict[str, Spec] = {
     "mistral4": _changes("the rotary part of each head is head_dim x partial_rotary_factor (half): its width, and the "
                          "rest of the head's, made to match", qk_rope_head_dim=12,
                          qk_nope_head_dim=12),
+    "textnet": _changes("the first stage's width is the stem's (hidden_sizes[0] = stem_out_channels)",
+                        stem_out_channels=32),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
