@@ -861,7 +861,7 @@ SPECS: dict[str, Spec] = {
     "muse_spark_audio": Spec("the audio must be a whole number of 1920-sample frames (the feature extractor pads it)",
                              inputs=lambda ctx: {"input_values": ctx.randn(BATCH, 2 * 1920)}),
     **{m: Spec(_REQUIRED + ": the text its image-text forward pairs with the image", inputs=lambda ctx: _text(ctx))
-       for m in ("aimv2", "bridgetower")},
+       for m in ("aimv2", "bridgetower", "vilt")},
     "lightglue": Spec(_REQUIRED.replace("an input", "an image pair"), inputs=_image_pair),
     "gemma4_vision": Spec(_REQUIRED + ": images as flattened patches with their positions", inputs=_gemma4_patches),
     "pi0": Spec(_REQUIRED + ": the robot's state, the actions the flow-matching loss is trained on, and its camera "
@@ -959,6 +959,11 @@ SPECS: dict[str, Spec] = {
                          qk_nope_head_dim=12),
     "textnet": _changes("the first stage's width is the stem's (hidden_sizes[0] = stem_out_channels)",
                         stem_out_channels=32),
+    "xclip": Spec("a video model: the text and a clip of frames (batch, frames, channels, h, w)",
+                  inputs=lambda ctx: {**_text(ctx), "pixel_values": _video(ctx)}),
+    "voxtral_realtime_text": Spec("the mapping names a class the library does not define", unrunnable=(
+        "library defect: MODEL_MAPPING_NAMES maps voxtral_realtime_text to VoxtralRealtimeTextModel, which transformers "
+        "does not define"), unrunnable_match="has no attribute VoxtralRealtimeTextModel"),
     "audio-spectrogram-transformer": Spec("takes a filter-bank spectrogram (frames x mel bins) as input_values",
                                           inputs=_spectrogram),
     "blt": Spec("generate raises in the library, on CPU as anywhere: its cache reads num_hidden_layers, which "
