@@ -21,11 +21,14 @@ STEPS = 6
 STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([-\d.naninf]+)\s+grad_norm:\s+([-\d.naninf]+)")
 
 
-def _env() -> dict:
+def _env(inductor_cache: Path | None = None) -> dict:
     if not (TITAN / "torchtitan").is_dir():
         raise AssertionError(f"torchtitan is not installed in {TITAN}: run `make titan-deps`")
-    return {"PYTHONPATH": os.pathsep.join([str(TITAN), os.environ.get("PYTHONPATH", "")]),
-            "TOKENIZERS_PARALLELISM": "false"}
+    env = {"PYTHONPATH": os.pathsep.join([str(TITAN), os.environ.get("PYTHONPATH", "")]),
+           "TOKENIZERS_PARALLELISM": "false"}
+    if inductor_cache is not None:  # TorchTitan compiles FlexAttention; a cache of this run's own
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_debug_model_trains_with_fsdp_tp_and_activation_checkpointing(assets, tm
         "--parallelism.spmd_backend", "partial_dtensor",
         "--compile.no-enable", "--checkpoint.no-enable", "--validator.no-enable", "--metrics.log_freq", "1",
         "--dump_folder", str(tmp_path), "--debug.seed", "42",
-        env=_env(), timeout=900,
+        env=_env(tmp_path / "inductor"), timeout=900,
     )
     log = re.sub(r"\x1b\[[0-9;]*m", "", res.out)
     rank0 = [line for line in log.splitlines() if line.startswith("[default0]:")]
