@@ -163,3 +163,64 @@ def run_with_progress(check: Callable[[str], dict], names: list[str], *, workers
     finally:
         bar.close()
     return records
+
+
+def sweep_main(argv: list[str] | None, *, doc: str, module: str, item: str, example: str, all_names: list[str],
+               fast: tuple[str, ...] | list[str], fast_name: str, unknown: str, default_timeout: float, report: str,
+               regenerate: str, run: Callable[[list[str], int, float], list[dict]],
+               summarize: Callable[[list[dict]], dict], write_report: Callable[..., tuple[Path, Path]],
+               meta: Callable[[list[str]], dict], key: str, list_failures: bool = False) -> int:
+    """The command line the model sweeps share: ``--only`` / ``--fast`` / all, ``--workers``,
+    ``--timeout``, ``--out-dir`` / ``--no-write``; prints the summary, writes the report (full
+    runs by default, subsets only with ``--out-dir``) and returns 1 when any item did not pass."""
+    import argparse
+    import datetime
+    import sys
+    import time
+
+    from torch_neuronx.testing._pool import positive
+
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", help=f"comma-separated {item}s (e.g. {example})")
+    p.add_argument("--fast", action="store_true", help=f"the CI subset ({fast_name})")
+    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
+    p.add_argument("--timeout", type=positive(float), default=default_timeout,
+                   help=f"seconds per {item} (default {default_timeout:g})")
+    p.add_argument("--out-dir", default=None,
+                   help=f"where to write {report}.{{md,json}} (default docs/coverage for a full run; "
+                        "a subset run writes only when this is given)")
+    p.add_argument("--no-write", action="store_true", help="do not write the report")
+    args = p.parse_args(argv)
+
+    if args.only:
+        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
+        missing = [n for n in names if n not in all_names]
+        if missing:
+            p.error(unknown.format(", ".join(missing)))
+    elif args.fast:
+        names = list(fast)
+    else:
+        names = list(all_names)
+    subset = bool(args.only or args.fast)
+
+    start = time.perf_counter()
+    records = run(names, args.workers, args.timeout)
+    wall = time.perf_counter() - start
+    s = summarize(records)
+    print(f"{module.rsplit('.', 1)[-1].replace('_', ' ')}: {s['pass']}/{s['runnable']} pass "
+          f"({100 * s['pass_rate']:.1f}%), fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, "
+          f"cpu-unrunnable {s['cpu-unrunnable']} of {s['total']} in {wall:.0f} s with {args.workers} workers")
+    if list_failures:
+        for r in sorted(records, key=lambda r: r[key]):
+            if r["status"] in ("fail", "crash", "timeout"):
+                print(f"  {r[key]}: {r['status']} at {r['stage']}: {r['reason'][:300]}")
+
+    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
+    if out_dir and not args.no_write:
+        command = regenerate if not subset else f"python -m {module} " + " ".join(
+            sys.argv[1:] if argv is None else argv)
+        info = {**meta(names), "date": datetime.date.today().isoformat(), "command": command,
+                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1)}
+        md, js = write_report(records, out_dir, info)
+        print(f"wrote {md} and {js}")
+    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0

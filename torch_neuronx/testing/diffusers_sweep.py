@@ -28,9 +28,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
-import argparse
 import copy
-import datetime
 import inspect
 import json
 import math
@@ -43,8 +41,8 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, tensors
-from torch_neuronx.testing._pool import positive
 from torch_neuronx.testing._sweep import (
+    sweep_main,
     cell, count_statuses, diff_problem, error_text, failure_lines, grad_presence, run_stage, run_with_progress,
     settle, short_ops, unrunnable_lines, without_none_grads,
 )
@@ -435,53 +433,13 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", help="comma-separated model names (e.g. FluxTransformer2DModel,AutoencoderKL)")
-    p.add_argument("--fast", action="store_true", help="the CI subset (FAST_MODELS)")
-    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT,
-                   help=f"seconds per model (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--out-dir", default=None,
-                   help="where to write diffusers.{md,json} (default docs/coverage for a full run; "
-                        "a subset run writes only when this is given)")
-    p.add_argument("--no-write", action="store_true", help="do not write the report")
-    args = p.parse_args(argv)
-
-    all_names = model_names()
-    if args.only:
-        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
-        unknown = [n for n in names if n not in all_names]
-        if unknown:
-            p.error(f"no spec for: {', '.join(unknown)} (see torch_neuronx/testing/_diffusers_specs.py)")
-    elif args.fast:
-        names = list(FAST_MODELS)
-    else:
-        names = all_names
-    subset = bool(args.only or args.fast)
-
-    start = time.perf_counter()
-    records = run_sweep(names, args.workers, args.timeout)
-    wall = time.perf_counter() - start
-    s = summarize(records)
-    print(f"diffusers sweep: {s['pass']}/{s['runnable']} pass ({100 * s['pass_rate']:.1f}%), "
-          f"fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, cpu-unrunnable {s['cpu-unrunnable']} "
-          f"of {s['total']} in {wall:.0f} s with {args.workers} workers")
-    for r in sorted(records, key=lambda r: r[KEY]):
-        if r["status"] in ("fail", "crash", "timeout"):
-            print(f"  {r[KEY]}: {r['status']} at {r['stage']}: {r['reason'][:300]}")
-
-    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
-    if out_dir and not args.no_write:
-        command = REGENERATE if not subset else "python -m torch_neuronx.testing.diffusers_sweep " + " ".join(
-            sys.argv[1:] if argv is None else argv)
-        meta = {**_versions(), "date": datetime.date.today().isoformat(), "command": command,
-                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1),
-                "models": len(names), "unswept": unswept_classes()}
-        md, js = write_report(records, out_dir, meta)
-        print(f"wrote {md} and {js}")
-    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0
-
+    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.diffusers_sweep", item="model name",
+                      example="FluxTransformer2DModel,AutoencoderKL", all_names=model_names(), fast=FAST_MODELS,
+                      fast_name="FAST_MODELS",
+                      unknown="no spec for: {} (see torch_neuronx/testing/_diffusers_specs.py)",
+                      default_timeout=DEFAULT_TIMEOUT, report="diffusers", regenerate=REGENERATE, run=run_sweep,
+                      summarize=summarize, write_report=write_report, key=KEY, list_failures=True,
+                      meta=lambda names: {**_versions(), "models": len(names), "unswept": unswept_classes()})
 
 if __name__ == "__main__":
     sys.exit(main())

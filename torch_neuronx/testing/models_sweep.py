@@ -29,10 +29,8 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import argparse
 import collections
 import copy
-import datetime
 import gc
 import inspect
 import json
@@ -46,8 +44,8 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, tensors
-from torch_neuronx.testing._pool import positive
 from torch_neuronx.testing._sweep import (
+    sweep_main,
     cell, count_statuses, diff_problem, error_text, failure_lines, grad_presence, run_stage, run_with_progress,
     settle, short_ops, unrunnable_lines, without_none_grads,
 )
@@ -422,50 +420,12 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", help="comma-separated model types (e.g. bert,vit)")
-    p.add_argument("--fast", action="store_true", help="the CI subset (FAST_ARCHITECTURES)")
-    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT,
-                   help=f"seconds per architecture (default {DEFAULT_TIMEOUT:.0f})")
-    p.add_argument("--out-dir", default=None,
-                   help=f"where to write {REPORT}.{{md,json}} (default docs/coverage for a full run; "
-                        "a subset run writes only when this is given)")
-    p.add_argument("--no-write", action="store_true", help="do not write the report")
-    args = p.parse_args(argv)
-
-    all_names = architectures()
-    if args.only:
-        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
-        unknown = [n for n in names if n not in all_names]
-        if unknown:
-            p.error(f"not in MODEL_MAPPING_NAMES: {', '.join(unknown)}")
-    elif args.fast:
-        names = list(FAST_ARCHITECTURES)
-    else:
-        names = all_names
-    subset = bool(args.only or args.fast)
-
-    start = time.perf_counter()
-    records = run_sweep(names, args.workers, args.timeout)
-    wall = time.perf_counter() - start
-    s = summarize(records)
-    print(f"models sweep: {s['pass']}/{s['runnable']} pass ({100 * s['pass_rate']:.1f}%), "
-          f"fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, cpu-unrunnable {s['cpu-unrunnable']} "
-          f"of {s['total']} in {wall:.0f} s with {args.workers} workers")
-
-    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
-    if out_dir and not args.no_write:
-        command = REGENERATE if not subset else "python -m torch_neuronx.testing.models_sweep " + " ".join(
-            sys.argv[1:] if argv is None else argv)
-        meta = {**_versions(), "date": datetime.date.today().isoformat(), "command": command,
-                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1),
-                "architectures": len(names)}
-        md, js = write_report(records, out_dir, meta)
-        print(f"wrote {md} and {js}")
-    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0
-
+    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.models_sweep", item="model type",
+                      example="bert,vit", all_names=architectures(), fast=FAST_ARCHITECTURES,
+                      fast_name="FAST_ARCHITECTURES", unknown="not in MODEL_MAPPING_NAMES: {}",
+                      default_timeout=DEFAULT_TIMEOUT, report=REPORT, regenerate=REGENERATE, run=run_sweep,
+                      summarize=summarize, write_report=write_report, key=KEY,
+                      meta=lambda names: {**_versions(), "architectures": len(names)})
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,9 +28,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import argparse
 import copy
-import datetime
 import inspect
 import json
 import sys
@@ -42,8 +40,8 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, to_cpu
-from torch_neuronx.testing._pool import positive
 from torch_neuronx.testing._sweep import (
+    sweep_main,
     cell as _cell, count_statuses, diff_problem, error_text as _error_text, failure_lines,
     grad_presence as _compare_grads, run_stage, run_with_progress, settle, short_ops as _short_ops,
     unrunnable_lines, without_none_grads as _without_none,
@@ -525,50 +523,12 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", help="comma-separated model types (e.g. llama,gpt2)")
-    p.add_argument("--fast", action="store_true", help="the CI subset (FAST_ARCHITECTURES)")
-    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT,
-                   help="seconds per architecture (default 240)")
-    p.add_argument("--out-dir", default=None,
-                   help="where to write transformers.{md,json} (default docs/coverage for a full run; "
-                        "a subset run writes only when this is given)")
-    p.add_argument("--no-write", action="store_true", help="do not write the report")
-    args = p.parse_args(argv)
-
-    all_names = architectures()
-    if args.only:
-        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
-        unknown = [n for n in names if n not in all_names]
-        if unknown:
-            p.error(f"not causal-LM model types: {', '.join(unknown)}")
-    elif args.fast:
-        names = list(FAST_ARCHITECTURES)
-    else:
-        names = all_names
-    subset = bool(args.only or args.fast)
-
-    start = time.perf_counter()
-    records = run_sweep(names, args.workers, args.timeout)
-    wall = time.perf_counter() - start
-    s = summarize(records)
-    print(f"transformers sweep: {s['pass']}/{s['runnable']} pass ({100 * s['pass_rate']:.1f}%), "
-          f"fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, cpu-unrunnable {s['cpu-unrunnable']} "
-          f"of {s['total']} in {wall:.0f} s with {args.workers} workers")
-
-    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
-    if out_dir and not args.no_write:
-        command = REGENERATE if not subset else "python -m torch_neuronx.testing.transformers_sweep " + " ".join(
-            sys.argv[1:] if argv is None else argv)
-        meta = {**_versions(), "date": datetime.date.today().isoformat(), "command": command,
-                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1),
-                "architectures": len(names)}
-        md, js = write_report(records, out_dir, meta)
-        print(f"wrote {md} and {js}")
-    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0
-
+    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.transformers_sweep", item="model type",
+                      example="llama,gpt2", all_names=architectures(), fast=FAST_ARCHITECTURES,
+                      fast_name="FAST_ARCHITECTURES", unknown="not causal-LM model types: {}",
+                      default_timeout=DEFAULT_TIMEOUT, report="transformers", regenerate=REGENERATE,
+                      run=run_sweep, summarize=summarize, write_report=write_report, key="arch",
+                      meta=lambda names: {**_versions(), "architectures": len(names)})
 
 if __name__ == "__main__":
     sys.exit(main())
