@@ -1,6 +1,6 @@
 """TorchTitan 0.3.0's own trainer trains its Llama 3 and Qwen3 debug models on 4 neuron
 processes: FSDP 2 x tensor parallel 2, selective activation checkpointing, AdamW with warm-up
-(``make titan-deps`` installs it into ``.venv/titan``; see docs/huggingface.md, TorchTitan).
+(``make test-titan``, which installs it into ``.venv/titan``; see docs/huggingface.md, TorchTitan).
 The exact comparison of the same recipe with one CPU process is ``fsdp2_tp_ac`` in
 tests/test_distributed_parallel.py; here the trainer's own log is checked."""
 
@@ -38,6 +38,7 @@ def assets(tmp_path_factory):
     return out
 
 
+@pytest.mark.titan
 @pytest.mark.parametrize("module,config", [("llama3", "llama3_debugmodel"), ("qwen3", "qwen3_debugmodel")])
 def test_debug_model_trains_with_fsdp_tp_and_activation_checkpointing(assets, tmp_path, module, config):
     res = torchrun(
