@@ -655,6 +655,9 @@ def _merge(out: dict, extra: dict) -> None:
 
 # ---- per-family needs ---------------------------------------------------------------------------
 
+_UNSET_LIST = "the default config leaves lists the model requires unset (None)"
+
+
 def _changes(reason: str, **changes) -> Spec:
     """A spec that only changes the tiny config (``__`` in a keyword stands for a dot)."""
     return Spec(reason, config=Override(reason, changes={k.replace("__", "."): v for k, v in changes.items()}))
@@ -1013,6 +1016,24 @@ SPECS: dict[str, Spec] = {
                            "embeddings (width x hidden elements) as (batch, 1, width, hidden), which fails for any "
                            "batch of more than one",
                 unrunnable_match="invalid for input of size 64 [modeling_tvp.py:244 in add_2d_positional_embeddings]"),
+    "deepseek_ocr2": _changes(_UNSET_LIST + ": the text model's MLP kind per layer (and its experts per token); "
+                              "the SAM neck's last width is the encoder's",
+                              text_config__mlp_layer_types=["dense", "sparse"], text_config__num_experts_per_tok=2,
+                              vision_config__sam_config__downsample_channels=[32, 64]),
+    "sapiens2": _changes(_UNSET_LIST + ": the segmentation head's upsampling and convolution stages; key-value heads "
+                         "per layer that divide the tiny head count",
+                         head_config__upsample_out_channels=[32], head_config__upsample_kernel_sizes=[4],
+                         head_config__conv_out_channels=[32], head_config__conv_kernel_sizes=[1],
+                         num_key_value_heads_per_layer=[4, 4, 2]),
+    **{m: Spec("a text-line recognizer: the backbone pools the height 32-fold and the neck pools it again, so the "
+               "line image is 48 pixels high (as the processor resizes it), 160 wide",
+               inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 48, 160)})
+       for m in ("pp_ocrv5_server_rec", "pp_ocrv6_small_rec", "pp_ocrv6_tiny_rec")},
+    "pp_ocrv5_mobile_rec": Spec("a text-line recognizer: the default backbone strides the height 32-fold and the head "
+                                "average-pools three rows of it, so the line image is 96 pixels high, 160 wide",
+                                inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 96, 160)}),
+    "aria": _changes("the projector's queries per image are keyed by the vision tower's patch count: the tiny "
+                     "image's 4 patches", projector_patch_to_query_dict={4: 4}),
     "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
                      noise_scale=0.0, noise_scale_duration=0.0),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
