@@ -856,7 +856,10 @@ SPECS: dict[str, Spec] = {
     "seggpt": Spec(_REQUIRED + ": the in-context prompt image and its mask", inputs=_seggpt_prompt),
     **{m: Spec(_REQUIRED + ": the text prompt (input_ids) the image's detections are conditioned on",
                inputs=lambda ctx: _text(ctx)) for m in ("sam3", "sam3_lite_text")},
-    "clvp": Spec(_REQUIRED + ": the conditioning mel spectrogram (batch, mel bins, frames)",
+    "clvp": Spec(_REQUIRED + ": the conditioning mel spectrogram (batch, mel bins, frames); the encoders' rotary "
+                 "embedding is at least 32 wide, so their heads are too (two heads of 32)",
+                 config=Override("", changes={"text_config.num_attention_heads": 2,
+                                              "speech_config.num_attention_heads": 2}),
                  inputs=lambda ctx: {"input_features": ctx.randn(BATCH, ctx.config.decoder_config.feature_size,
                                                                  AUDIO_FRAMES)}),
     "omniasr_ctc": Spec(_REQUIRED + ": the padding mask of the raw audio (the input lengths the loss reads)",
@@ -892,7 +895,9 @@ SPECS: dict[str, Spec] = {
     **{m: _changes(_CHECKPOINT + ": the token that opens an image (multimodal RoPE positions start there)",
                    vision_start_token_id=250) for m in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")},
     "udop": _changes(_CHECKPOINT + ": the decoder's start token", decoder_start_token_id=0),
-    "t5gemma2_encoder": _changes("the encoder's config lacks the dropout rate its layers read", text_config__dropout_rate=0.0),
+    "t5gemma2_encoder": _changes("the encoder's config lacks the dropout rate its layers read; image tokens per image: "
+                                 "no more than the tiny image's patches",
+                                 text_config__dropout_rate=0.0, mm_tokens_per_image=4),
     "moonshine_streaming": _changes("the decoder's key/value heads are not in the default config",
                                     num_key_value_heads=4),
     "hunyuan_vl_text": _changes(_CHECKPOINT + ": the multimodal RoPE sections (time, height, width)",
@@ -1034,6 +1039,17 @@ SPECS: dict[str, Spec] = {
                                 inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 96, 160)}),
     "aria": _changes("the projector's queries per image are keyed by the vision tower's patch count: the tiny "
                      "image's 4 patches", projector_patch_to_query_dict={4: 4}),
+    "lw_detr": _changes("the backbone's windows (a square count) must tile the tiny image's 2 x 2 patches: 4, not 16; "
+                        "the two-stage encoder picks its queries among those patches: 4 of them, in one group; the "
+                        "default config has no projector scale (no feature level): one, at scale 1",
+                        backbone_config__num_windows=4, backbone_config__num_windows_side=2, num_queries=4,
+                        group_detr=1, projector_scale_factors=[1.0]),
+    "rf_detr": _changes("the backbone's windows per side must divide the tiny image's 2 x 2 patches: 2, not 4; the "
+                        "two-stage encoder picks its queries among those patches: 4 of them, in one group",
+                        backbone_config__num_windows=2, num_queries=4, group_detr=1),
+    "ernie4_5_vl_moe": _changes("the multimodal RoPE sections (height, width, time) must fill the tiny head's rotary "
+                                "half (8 frequencies)",
+                                text_config__rope_parameters__mrope_section=[2, 2, 4]),
     "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
                      noise_scale=0.0, noise_scale_duration=0.0),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
