@@ -980,7 +980,14 @@ SPECS: dict[str, Spec] = {
     "blip-2": _changes(_QUERY_TOKENS, image_token_index=255, num_query_tokens=4),
     **{m: _changes(_HF_BACKBONE, use_timm_backbone=False)
        for m in ("conditional_detr", "dab-detr", "deformable_detr", "detr", "table-transformer")},
-    **{m: Spec(_NO_LOSS, labels=lambda ctx: {}) for m in ("depth_pro", "pp_doclayout_v4")},
+    "pp_doclayout_v4": Spec(_NO_LOSS, labels=lambda ctx: {}),
+    "depth_pro": Spec(_NO_LOSS + "; the image is split into patches of the config's patch size at its smallest "
+                      "scale (a quarter): 56-pixel patches (4 x 4 of the encoders' 14) of a 224-pixel image; the "
+                      "encoders' hooked layers are the two the tiny encoder has",
+                      config=Override("", changes={"patch_size": 56, "intermediate_hook_ids": [1, 0],
+                                                   **{f"{e}_model_config.image_size": 56
+                                                      for e in ("image", "patch", "fov")}}),
+                      inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 224, 224)}, labels=lambda ctx: {}),
     "efficientloftr": Spec(_REQUIRED.replace("an input", "an image pair") + "; the last stage's width must be the "
                            "hidden size", config=Override("", changes={"out_features": [16, 16, 32, 64]}),
                            inputs=_image_pair),
@@ -1050,6 +1057,14 @@ SPECS: dict[str, Spec] = {
     "ernie4_5_vl_moe": _changes("the multimodal RoPE sections (height, width, time) must fill the tiny head's rotary "
                                 "half (8 frequencies)",
                                 text_config__rope_parameters__mrope_section=[2, 2, 4]),
+    "uvdoc": Spec("the head concatenates the feature maps of all six bridge stages: the backbone outputs them all; "
+                  "its reflect-padded 5 x 5 convolutions need feature maps wider than 2: a 64-pixel image (16-fold "
+                  "smaller)",
+                  config=Override("", changes={"backbone_config.out_features": [f"stage{i}" for i in range(1, 7)],
+                                               "backbone_config.out_indices": list(range(1, 7))}),
+                  inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 64, 64)}),
+    "vipllava": _changes("the projector reads five vision layers: five that the two-layer tower has (its three "
+                         "hidden states, two of them twice)", vision_feature_layers=[-1, -2, -3, 0, 1]),
     "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
                      noise_scale=0.0, noise_scale_duration=0.0),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
