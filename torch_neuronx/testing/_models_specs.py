@@ -989,7 +989,10 @@ SPECS: dict[str, Spec] = {
                                                       for e in ("image", "patch", "fov")}}),
                       inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 224, 224)}, labels=lambda ctx: {}),
     "efficientloftr": Spec(_REQUIRED.replace("an input", "an image pair") + "; the last stage's width must be the "
-                           "hidden size", config=Override("", changes={"out_features": [16, 16, 32, 64]}),
+                           "hidden size; the 2-D rotary embedding fills a quarter of the hidden size with "
+                           "4 x head-dim frequencies: eight heads, as the default config has",
+                           config=Override("", changes={"out_features": [16, 16, 32, 64], "num_attention_heads": 8,
+                                                        "num_key_value_heads": 8}),
                            inputs=_image_pair),
     "embedding_gemma2": Spec("a text embedding model: its default config has no vision or audio tower",
                              inputs=lambda ctx: {"pixel_values": None, "input_features": None, **_text(ctx)}),
