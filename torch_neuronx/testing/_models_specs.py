@@ -1068,6 +1068,9 @@ SPECS: dict[str, Spec] = {
                   inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 64, 64)}),
     "vipllava": _changes("the projector reads five vision layers: five that the two-layer tower has (its three "
                          "hidden states, two of them twice)", vision_feature_layers=[-1, -2, -3, 0, 1]),
+    "pp_doclayout_v3": Spec(_NO_LOSS + "; the mask branch reads the backbone's first stage: its width (x4_feat_dim) "
+                            "is the tiny backbone's (16), a field the generic shrink leaves",
+                            config=Override("", changes={"x4_feat_dim": 16}), labels=lambda ctx: {}),
     "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
                      noise_scale=0.0, noise_scale_duration=0.0),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
