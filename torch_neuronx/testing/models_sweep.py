@@ -51,7 +51,7 @@ from torch_neuronx.testing._sweep import (
 )
 from torch_neuronx.testing._sweep import record_from_outcome as _record_from_outcome
 from torch_neuronx.testing.transformers_sweep import (
-    ADAMW, _bf16_inputs, _generate_mismatch, _quiet, _stage_step,
+    ADAMW, _bf16_inputs, _generate_mismatch, _quiet, _stage_step, _versions,
 )
 from torch_neuronx.testing.transformers_sweep import _stage_generate as _generate
 
@@ -334,12 +334,6 @@ def summarize(records: list[dict]) -> dict:
             t[0] += r["status"] == "pass"
             t[1] += 1
     return {**s, "by_task": dict(sorted(by_task.items()))}
-
-
-def _versions() -> dict:
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def render_markdown(records: list[dict], meta: dict) -> str:
