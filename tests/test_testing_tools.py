@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from torch_neuronx.testing import compare, model_tolerance, run_isolated
+from torch_neuronx.testing import compare, compare_with_float64, model_tolerance, run_isolated
 
 
 def _crash_or_sqrt(x):
@@ -110,6 +110,33 @@ def test_compare_matches_and_mismatches():
     # metadata-only comparison still checks device, dtype and shape
     assert compare(torch.empty(3, device="neuron"), torch.zeros(3), values=False).ok
     assert not compare(torch.empty(3, device="neuron"), torch.zeros(4), values=False).ok
+
+
+def test_compare_with_float64_judges_accuracy_not_agreement():
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(4096, generator=g, dtype=torch.float64)
+    noise = lambda scale: scale * torch.randn(4096, generator=g, dtype=torch.float64)  # noqa: E731
+    cpu = (exact + noise(1e-3)).float()
+    as_accurate = (exact + noise(1e-3)).float().to("neuron")
+    worse = (exact + noise(1e-2)).float().to("neuron")
+    one_wrong = cpu.clone()
+    one_wrong[7] += 0.1
+    # both disagree with CPU beyond the model tolerance; float64 tells which one is as accurate
+    assert not compare(as_accurate, cpu, tolerance=model_tolerance).ok
+    assert compare_with_float64(as_accurate, cpu, exact).ok
+    d = compare_with_float64(worse, cpu, exact)
+    assert not d.ok and "against float64" in d.message
+    # the largest error counts, not only the mean: one wrong element is caught
+    assert not compare_with_float64(one_wrong.to("neuron"), cpu, exact).ok
+    # structure, device, integers and the place of non-finite values are judged as compare does
+    assert not compare_with_float64(as_accurate.cpu(), cpu, exact).ok
+    assert not compare_with_float64(as_accurate[:10], cpu, exact).ok
+    i = torch.arange(5)
+    assert compare_with_float64((as_accurate, i.to("neuron")), (cpu, i), (exact, i)).ok
+    assert not compare_with_float64((as_accurate, (i + 1).to("neuron")), (cpu, i), (exact, i)).ok
+    inf = as_accurate.clone()
+    inf[0] = float("inf")
+    assert not compare_with_float64(inf, cpu, exact).ok
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

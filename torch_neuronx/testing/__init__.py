@@ -1,7 +1,8 @@
 """Testing tools for the ``neuron`` device: comparison with CPU, isolated sweeps.
 
 ``compare(neuron_result, cpu_result)`` walks nested outputs and reports the largest
-difference; ``CPUCopy`` copies device arguments to CPU with their exact layout;
+difference; ``compare_with_float64(neuron_result, cpu_result, float64_result)`` decides,
+when they differ beyond the tolerance, whether the device's is as accurate; ``CPUCopy`` copies device arguments to CPU with their exact layout;
 ``find_divergence(fn)`` names the first aten op whose device result differs from CPU's;
 ``run_isolated`` runs many checks in worker processes so that one crash or hang does
 not end a sweep. The coverage sweeps (``python -m
@@ -13,6 +14,7 @@ from torch_neuronx.testing._compare import (
     Diff,
     UnsupportedLayout,
     compare,
+    compare_with_float64,
     map_tensors,
     model_tolerance,
     op_tolerance,
@@ -24,6 +26,7 @@ from torch_neuronx.testing._divergence import Divergence, find_divergence
 from torch_neuronx.testing._pool import Outcome, run_isolated
 
 __all__ = [
-    "CPUCopy", "Diff", "Divergence", "Outcome", "UnsupportedLayout", "compare", "find_divergence", "map_tensors",
-    "model_tolerance", "op_tolerance", "run_isolated", "tensors", "to_cpu", "to_device",
+    "CPUCopy", "Diff", "Divergence", "Outcome", "UnsupportedLayout", "compare", "compare_with_float64",
+    "find_divergence", "map_tensors", "model_tolerance", "op_tolerance", "run_isolated", "tensors", "to_cpu",
+    "to_device",
 ]  # fmt: skip

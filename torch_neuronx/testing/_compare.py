@@ -282,3 +282,56 @@ def _compare_tensor(a, e, path: str, diff: Diff, o: _Options) -> None:
     if bool(bad.any()):
         diff._fail(path, f"{int(bad.sum())} of {e.numel()} elements differ; max abs diff {max_abs:.3g} "
                    f"(rtol={r:g}, atol={t:g}, dtype {e.dtype})")
+
+
+def compare_with_float64(actual: Any, expected: Any, reference: Any, *, multiplier: float = 2.0) -> Diff:
+    """Whether ``actual`` (computed on the device) is as accurate as ``expected`` (the same
+    computation on CPU, in the same dtype), judged against ``reference`` (the computation in
+    float64 on CPU).
+
+    A fixed tolerance cannot know how ill-conditioned a computation is: a deep network with
+    large activations cancelling in its gradients can leave two correct float32 results
+    further apart than any sensible tolerance. Which one is wrong is then decided by float64,
+    as PyTorch's own accuracy checks decide it (``torch._dynamo.utils.same`` with
+    ``fp64_ref``): for every floating leaf, the device's root-mean-square error against
+    float64 may be at most ``multiplier`` times CPU's (1.5 times that for 16-bit dtypes, 2.5
+    times for tensors of at most 500 elements, whose errors are noisier), and its largest
+    error twice that, so that one wrong element is not averaged away; each plus a tenth of the
+    dtype's absolute tolerance (``model_tolerance``). The structure must match as ``compare``
+    requires it; other leaves must be equal; non-finite values must sit where CPU has them."""
+    diff = compare(actual, expected, values=False)
+    if not diff.ok:
+        return diff
+    leaves = tensors(actual), tensors(expected), tensors(reference)
+    if len(leaves[2]) != len(leaves[1]):
+        diff._fail("", f"the float64 reference has {len(leaves[2])} tensors, CPU {len(leaves[1])}")
+        return diff
+    for i, (a, e, r) in enumerate(zip(*leaves)):
+        a = a.detach().cpu()
+        where = f"tensor {i} ({e.dtype}, {tuple(e.shape)})"
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(a, e):
+                diff._fail(where, "differs from CPU")
+            continue
+        if r.shape != e.shape:
+            diff._fail(where, f"the float64 reference has shape {tuple(r.shape)}")
+            continue
+        wide = torch.complex128 if e.is_complex() else torch.float64
+        a64, e64, r64 = a.to(wide), e.detach().to(wide), r.detach().to(wide)
+        if not torch.equal(a64.isfinite(), e64.isfinite()):
+            diff._fail(where, "non-finite where CPU is finite, or the reverse")
+            continue
+        keep = a64.isfinite() & r64.isfinite()
+        if not bool(keep.any()):
+            continue
+        err_a, err_e = (a64 - r64)[keep].abs(), (e64 - r64)[keep].abs()
+        m = multiplier * (1.5 if e.element_size() <= 2 else 1.0) * (2.5 if e.numel() <= 500 else 1.0)
+        floor = model_tolerance(e.dtype)[1] / 10
+        for name, da, de, bound in (("RMS", err_a.pow(2).mean().sqrt(), err_e.pow(2).mean().sqrt(), m),
+                                    ("largest", err_a.max(), err_e.max(), 2 * m)):
+            da, de = float(da), float(de)
+            if name == "largest" and da > diff.max_abs:
+                diff.max_abs, diff.where = da, where
+            if da > bound * de + floor:
+                diff._fail(where, f"{name} error against float64 {da:.3g}, CPU's {de:.3g}")
+    return diff

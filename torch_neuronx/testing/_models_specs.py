@@ -61,7 +61,8 @@ class Spec:
     must contain ``unrunnable_match``, and a CPU forward that runs makes the declaration a failure;
     ``labels(ctx)``: the task's labels when the generic ones do not fit (replaces them);
     ``generate``: False when the head's ``generate`` is not the text generation this sweep
-    compares."""
+    compares; ``call(model, inputs)``: the family's computation when it is not ``model(**inputs)``
+    (a model without a forward, a tracker that runs on a session), returning its outputs."""
 
     reason: str
     config: Override = field(default_factory=lambda: Override(""))
@@ -71,6 +72,7 @@ class Spec:
     unrunnable_match: str = ""
     labels: Callable[["Ctx"], dict] | None = None
     generate: bool = True
+    call: Callable[[Any, dict], Any] | None = None
 
 
 def _mapping(name: str) -> dict:
@@ -424,6 +426,11 @@ def image_features_count(ctx: Ctx, images: dict) -> list[int]:
     with torch.no_grad():
         out = fn(**kwargs)
     feats = getattr(out, "pooler_output", None)
+    if feats is None:  # an output without pooled features: its last hidden state is what is spliced in
+        feats = getattr(out, "last_hidden_state", None)
+    if feats is None and getattr(out, "deepstack_features", None):
+        # images only injected into decoder layers (Granite 4 Vision): (layer, per-image features) pairs
+        feats = out.deepstack_features[0][1]
     if feats is None:
         feats = out[0] if isinstance(out, (tuple, list)) and not isinstance(out[0], torch.Tensor) else out
     if isinstance(feats, torch.Tensor):
@@ -455,7 +462,7 @@ def _with_placeholders(ctx: Ctx, token: int, counts: list[int], text_len: int = 
 
 
 # Families whose pixel values have an images-per-sample axis: (batch, images, channels, h, w).
-IMAGES_AXIS = {"idefics", "idefics2", "idefics3", "smolvlm"}
+IMAGES_AXIS = {"idefics", "idefics2", "idefics3", "smolvlm", "granite_docling"}
 
 
 def _multimodal(ctx: Ctx) -> dict:
@@ -464,6 +471,10 @@ def _multimodal(ctx: Ctx) -> dict:
     spec = SPECS.get(ctx.model_type)
     if spec is not None and spec.inputs is not None:  # family inputs the image features depend on
         ctx.batch = spec.inputs(ctx)
+        if {"input_ids", "pixel_values"} <= ctx.batch.keys():  # the family builds its images and prompt itself
+            return {}
+    if "pixel_values" not in ctx.params and _features_fn(ctx.model, "get_image_features") is None:
+        return _text(ctx, pad=False)  # a head that takes images only as encoder outputs computed elsewhere
     if "image_grid_thw" in ctx.params:
         pixels, grid = _grid_images(ctx)
         images = {"pixel_values": pixels, "image_grid_thw": grid}
@@ -503,7 +514,8 @@ def _features_fn(model, name: str):
 def _audio_lm(ctx: Ctx) -> dict | None:
     """A language model that splices audio into its text (audio LLMs): the audio, its frame mask,
     and text with as many audio placeholder tokens per row as the model's own
-    ``get_audio_features`` returns. None when the model is not one."""
+    ``get_audio_features`` returns. None when the model is not one, or when that method requires
+    more than the audio and its mask (the family's spec builds its inputs)."""
     token, fn = _audio_token_id(ctx.config), _features_fn(ctx.model, "get_audio_features")
     if token is None or fn is None or "input_ids" not in ctx.params:
         return None
@@ -529,8 +541,14 @@ def _audio_lm(ctx: Ctx) -> dict | None:
         kwargs[mask_arg] = out[mask]
     elif mask_arg is not None and sig[mask_arg].default is inspect.Parameter.empty:  # a mask it requires
         kwargs[mask_arg] = torch.ones(BATCH, length, dtype=torch.long)
-    with torch.no_grad():
-        feats = fn(**kwargs)
+    try:
+        with torch.no_grad():
+            feats = fn(**kwargs)
+    except TypeError as e:
+        # it needs more than the audio and its mask (the text, the raw audio): the family's spec builds the inputs
+        if "required positional argument" in str(e):
+            return None
+        raise
     feats = getattr(feats, "pooler_output", None) if not isinstance(feats, torch.Tensor) else feats
     if feats is None:
         return None
@@ -820,6 +838,477 @@ _CTC_VOCAB = "the CTC head's vocabulary is not in the default config"
 _HIDDEN_DIM = "the encoder's width (hidden_dim) is not a field the generic shrink knows"
 _FORECAST = "the forecast horizon is left to the checkpoints (no default): a short history, short lags, one time feature"
 _INDEXER = "the indexer's top-k must be a multiple of its pooling"
+_DETECTOR_BACKBONE = ("the default config builds the text recognizer's backbone (PP-LCNetV4: the last stage only, "
+                      "strided in height alone), not the four-level backbone the config class declares for the detector")
+
+
+def _intraclass_convs() -> dict:
+    """The PP-OCR detectors' intra-class block: (kernel, stride, padding) of each convolution, the
+    padding keeping the map's size so their outputs add up."""
+    def conv(h: int, w: int) -> list:
+        return [[h, w], 1, [h // 2, w // 2]]
+
+    ratios = (("long", 7), ("mid", 5), ("short", 3))
+    return {"reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0],
+            **{f"vertical_long_to_small_conv_{r}ratio": conv(k, 1) for r, k in ratios},
+            **{f"horizontal_small_to_long_conv_{r}ratio": conv(1, k) for r, k in ratios},
+            **{f"symmetric_conv_long_{r}ratio": conv(k, k) for r, k in ratios}}
+
+# ---- inputs: video trackers, families without a forward ------------------------------------------
+
+TRACKER_FRAMES = 3
+
+
+def _tracker_clip(ctx: Ctx, box: bool = False) -> dict:
+    """A clip of frames at the model's image size and the prompts on its first frame, as the
+    processor hands them to the session: a click for one object (points (1, 1, points, 2) in the
+    model's pixel coordinates, labels (1, 1, points), 1 for a positive click) and, for another, a
+    binary mask (1, 1, side, side) of a box or (``box``) the box itself, as the processor turns it
+    into points: its two corners labelled 2 and 3."""
+    side = ctx.config.image_size
+    top, bottom, left, right = side // 4, side // 2, side // 2, 3 * side // 4
+    out = {"video": ctx.randn(TRACKER_FRAMES, 3, side, side),
+           "input_points": torch.tensor([[[[0.5 * side, 0.375 * side]]]]),
+           "input_labels": torch.ones(1, 1, 1, dtype=torch.int32)}
+    if box:
+        out["box_points"] = torch.tensor([[[[left, top], [right, bottom]]]], dtype=torch.float32)
+        out["box_labels"] = torch.tensor([[[2, 3]]], dtype=torch.int32)
+    else:
+        mask = torch.zeros(1, 1, side, side)
+        mask[..., top:bottom, left:right] = 1.0
+        out["input_masks"] = mask
+    return out
+
+
+def _track(model, inputs: dict) -> dict:
+    """The library's video tracking: a session over the clip on the inputs' device, the prompts
+    added on the first frame (object 1 the click, object 2 the mask or box), then the model on each frame
+    in turn. Returns every frame's low-resolution masks and object scores, (frames, objects, ...).
+    The frame step returns the object scores the forward reads only in eval mode, so the model runs
+    in eval mode; with grad mode on, the forward runs without its ``inference_mode`` decorator so
+    that gradients flow, as a fine-tuning loop needs."""
+    import functools
+    import sys
+
+    video = inputs["video"]
+    device = video.device
+    module = sys.modules[type(model).__module__]
+    session = getattr(module, type(model).__name__.replace("Model", "InferenceSession"))(
+        video=video, video_height=video.shape[-2], video_width=video.shape[-1], inference_device=device,
+        inference_state_device=device, video_storage_device=device, dtype=video.dtype)
+    clicked, masked = session.obj_id_to_idx(1), session.obj_id_to_idx(2)
+    session.add_point_inputs(clicked, 0, {"point_coords": inputs["input_points"],
+                                          "point_labels": inputs["input_labels"]})
+    if "input_masks" in inputs:
+        session.add_mask_inputs(masked, 0, inputs["input_masks"])
+    else:
+        session.add_point_inputs(masked, 0, {"point_coords": inputs["box_points"],
+                                             "point_labels": inputs["box_labels"]})
+    session.obj_with_new_inputs = [1, 2]
+    step = functools.partial(type(model).forward.__wrapped__, model) if torch.is_grad_enabled() else model
+    training = model.training
+    model.eval()
+    try:
+        frames = [step(inference_session=session, frame_idx=i) for i in range(video.shape[0])]
+    finally:
+        model.train(training)
+    return {"pred_masks": torch.stack([f.pred_masks for f in frames]),
+            "object_score_logits": torch.stack([f.object_score_logits for f in frames])}
+
+
+def _text_prompt_clip(ctx: Ctx) -> dict:
+    """A clip of frames at the model's image size and a text prompt as the processor tokenizes
+    it for the session: one row padded to 32 tokens, with its attention mask."""
+    side = ctx.config.tracker_config.image_size
+    ids = ordinary_ids(ctx, (1, 32), ctx.config.detector_config.text_config.vocab_size)
+    mask = torch.zeros(1, 32, dtype=torch.long)
+    mask[:, :4] = 1
+    return {"video": ctx.randn(TRACKER_FRAMES, 3, side, side), "prompt_ids": ids, "prompt_mask": mask}
+
+
+def _detect_and_track(model, inputs: dict) -> tuple:
+    """The library's text-prompted video segmentation: a session over the clip with the text
+    prompt, then the model on each frame in turn (detection, then tracking of what it found).
+    Returns per frame the objects' masks (in object id order) and detection and tracker scores.
+    Eval mode and grad mode as in ``_track``."""
+    import functools
+    import sys
+
+    video = inputs["video"]
+    device = video.device
+    module = sys.modules[type(model).__module__]
+    session = module.Sam3VideoInferenceSession(
+        video=video, video_height=video.shape[-2], video_width=video.shape[-1], inference_device=device,
+        inference_state_device=device, video_storage_device=device, dtype=video.dtype)
+    prompt = session.add_prompt("object")
+    session.prompt_input_ids[prompt] = inputs["prompt_ids"]
+    session.prompt_attention_masks[prompt] = inputs["prompt_mask"]
+    step = functools.partial(type(model).forward.__wrapped__, model) if torch.is_grad_enabled() else model
+    training = model.training
+    model.eval()
+    out = []
+    try:
+        for i in range(video.shape[0]):
+            frame = step(inference_session=session, frame_idx=i)
+            ids = sorted(frame.obj_id_to_mask)
+            out.append((torch.stack([frame.obj_id_to_mask[k] for k in ids]),
+                        torch.tensor([frame.obj_id_to_score[k] for k in ids], device=device),
+                        torch.tensor([frame.obj_id_to_tracker_score.get(k, -1.0) for k in ids], device=device)))
+    finally:
+        model.train(training)
+    return tuple(out)
+
+
+def _bark_inputs(ctx: Ctx) -> dict:
+    """What each stage of Bark's pipeline reads: text token ids with their padding mask (the
+    processor's output) for the semantic model, token ids for the coarse model, and audio codes
+    (batch, frames, codebooks) of the codec's codebooks for the fine model and the codec."""
+    c = ctx.config
+    text = ctx.randint(0, c.semantic_config.input_vocab_size, (BATCH, SEQ))
+    mask = torch.ones_like(text)
+    mask[1, -PAD:] = 0
+    return {"input_ids": text, "attention_mask": mask,
+            "coarse_input_ids": ctx.randint(0, c.coarse_acoustics_config.input_vocab_size, (BATCH, SEQ)),
+            "codes": ctx.randint(0, c.codec_config.codebook_size,
+                                 (BATCH, TARGET_LEN, c.fine_acoustics_config.n_codes_total))}
+
+
+def _bark(model, inputs: dict) -> dict:
+    """Bark's pipeline stage by stage on given tokens (its generate samples): the semantic model's
+    logits on the text, the coarse model's on its tokens, the fine model's for the last codebook
+    from all the codes before it, and the codec's waveform decoded from the codes."""
+    codes = inputs["codes"]
+    fine = model.fine_acoustics(codes.shape[-1] - 1, input_ids=codes)
+    return {"semantic": model.semantic(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                       use_cache=False).logits,
+            "coarse": model.coarse_acoustics(input_ids=inputs["coarse_input_ids"], use_cache=False).logits,
+            "fine": fine.logits, "audio": model.codec_decode(codes.transpose(1, 2))}
+
+
+# The trackers' memory attention takes 64-wide memories (its key/value width is fixed at 64) and
+# splits each object pointer of the model's width into 64-wide tokens: a model wider than 64, as
+# the checkpoints are (256); the rotary sizes of the memory attention are the top feature map's.
+_TRACKER_WIDTH = 128
+_TRACKER_WIDE = {"vision_config.fpn_hidden_size": _TRACKER_WIDTH, "memory_attention_hidden_size": _TRACKER_WIDTH,
+                 "memory_encoder_hidden_size": _TRACKER_WIDTH, "mask_downsampler_embed_dim": _TRACKER_WIDTH,
+                 "memory_fuser_embed_dim": _TRACKER_WIDTH, "mask_decoder_config.hidden_size": _TRACKER_WIDTH,
+                 "prompt_encoder_config.hidden_size": _TRACKER_WIDTH, "memory_encoder_output_channels": 64,
+                 "memory_attention_rope_feat_sizes": [2, 2],
+                 "vision_config.backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]]}
+_TRACKER = ("the video forward runs on an inference session: the clip, a click for one object and a mask for "
+            "another on the first frame, then every frame in turn; the memory attention's key/value width is fixed "
+            "at 64 and object pointers are split into 64-wide tokens, so the model is wider (128) as the "
+            "checkpoints are (256); the feature maps' sizes are those of the tiny image")
+
+# ---- inputs: audio language models and codecs ----------------------------------------------------
+
+def _projector_mask(ctx: Ctx) -> dict:
+    """Granite Speech: the processor's ``input_features_mask`` marks the projector's outputs that
+    are real audio (boolean, one row per audio), as many per row as its audio placeholders."""
+    counts = (ctx.batch["input_ids"] == ctx.config.audio_token_id).sum(1)
+    return {"input_features_mask": torch.arange(int(counts.max()))[None, :] < counts[:, None]}
+
+
+def _whisper_pooled_audio(ctx: Ctx, mask: str, audio_kwargs: dict | None = None) -> dict:
+    """Whisper-style features (batch, mel bins, frames) with their frame mask (``mask``), and as
+    many audio placeholders per row as the encoder makes of them: its stride-2 conv, then a
+    stride-2 pooling; with ``audio_kwargs`` (what else its ``get_audio_features`` requires), the
+    count that method returns."""
+    features = _input_features(ctx)
+    frames = features.shape[-1]
+    frame_mask = torch.ones(BATCH, frames, dtype=torch.long)
+    n = ((frames - 1) // 2 + 1 - 2) // 2 + 1
+    if audio_kwargs is not None:
+        with torch.no_grad():
+            feats = _features_fn(ctx.model, "get_audio_features")(
+                input_features=features, **{mask: frame_mask}, **audio_kwargs).pooler_output
+        n = feats.shape[0] // BATCH
+    return {**_with_placeholders(ctx, ctx.config.audio_token_id, [n] * BATCH), "input_features": features,
+            mask: frame_mask}
+
+
+def _moss_audio(ctx: Ctx) -> dict:
+    """One Whisper window per row; the raw audio's padding mask (per sample, one row per audio)
+    from which the model maps windows to rows."""
+    samples = torch.ones(BATCH, AUDIO_SAMPLES, dtype=torch.long)
+    return {**_whisper_pooled_audio(ctx, "input_features_mask", {"padding_mask": samples}), "padding_mask": samples}
+
+
+def _codec_pair(ctx: Ctx) -> dict:
+    """XCodec2: the waveform (batch, 1, samples) and the semantic encoder's filter-bank frames,
+    (batch, frames, 2 x 80 mel bins stacked in pairs), one frame per hop of the acoustic encoder."""
+    hop, frames = ctx.config.hop_length, 8
+    width = ctx.config.semantic_model_config.feature_projection_input_dim
+    return {"input_values": ctx.randn(BATCH, 1, frames * hop), "input_features": ctx.randn(BATCH, frames, width),
+            "padding_mask": torch.ones(BATCH, frames * hop, dtype=torch.long),
+            "input_features_mask": torch.ones(BATCH, frames, dtype=torch.long)}
+
+
+def _codec_encoding(model, inputs: dict) -> dict:
+    """A codec encoder's computation: its continuous embeddings and the codes quantized from them
+    (the codes alone carry no gradient)."""
+    return {"embeddings": model.encoder(inputs["input_values"]), "audio_codes": model(**inputs).audio_codes}
+
+
+def _kyutai_frames(ctx: Ctx) -> dict:
+    """Per frame, the text token and the codec's codes of that frame (batch, frames, 1 + codebooks),
+    as generate assembles them; the first frame's audio is the audio start token."""
+    c = ctx.config
+    text = ordinary_ids(ctx, (BATCH, SEQ), c.vocab_size)
+    codes = ctx.randint(0, c.codec_config.codebook_size, (BATCH, SEQ, c.num_codebooks))
+    codes[:, 0] = c.audio_bos_token_id
+    return {"input_ids": torch.cat([text[..., None], codes], dim=-1),
+            "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}
+
+
+def _realtime_audio(ctx: Ctx) -> dict:
+    """A realtime transcriber adds one audio frame group to each token: audio for the prompt and
+    the tokens generate adds (audio_length_per_tok mel frames each); an unpadded prompt."""
+    c = ctx.config
+    frames = (SEQ + NEW_TOKENS) * c.audio_length_per_tok
+    return {**_text(ctx, pad=False), "input_features": ctx.randn(BATCH, c.audio_config.num_mel_bins, frames)}
+
+
+def _realtime_forward(model, inputs: dict) -> Any:
+    """The training forward reads the audio of its tokens only (the rest is what generate
+    transcribes next)."""
+    frames = inputs["input_ids"].shape[1] * model.config.audio_length_per_tok
+    return model(**{**inputs, "input_features": inputs["input_features"][..., :frames]})
+
+
+# ---- inputs: multimodal (Fuyu, Mllama, MiniCPM, Kimi) --------------------------------------------
+
+def _fuyu_inputs(ctx: Ctx) -> dict:
+    """Fuyu's processor: the image cut into patches, each flattened (batch, patches, channels x
+    patch x patch), and per patch row that many image tokens and a newline token, then the
+    begin-of-sequence token and the text."""
+    c = ctx.config
+    rows, cols = c.image_size // c.patch_size, c.image_size // c.patch_size
+    newline = text_vocab(ctx.model, c) - 2  # the checkpoints' |NEWLINE| has no config field
+    line = [c.image_token_id] * cols + [newline]
+    image = torch.tensor(line * rows + [c.text_config.bos_token_id])
+    text = ordinary_ids(ctx, (BATCH, SEQ // 2))
+    text[text == newline] = newline - 1
+    ids = torch.cat([image.expand(BATCH, -1), text], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": ctx.randn(BATCH, rows * cols, c.num_channels * c.patch_size ** 2)}
+
+
+def _mllama_inputs(ctx: Ctx) -> dict:
+    """Mllama's processor: each image split into tiles of the tower's image size, padded to
+    max_num_tiles, with its aspect ratio's id (1-based in supported_aspect_ratios) and tile mask;
+    the prompt is the image token, the begin-of-text token and the text; every token from the
+    image token on attends to the image's real tiles (cross_attention_mask). Here one image of
+    1 x 2 tiles in the first row, of one tile in the second."""
+    c, v = ctx.config, ctx.config.vision_config
+    tiles, side = v.max_num_tiles, v.image_size
+    shapes = [[1, 2], [1, 1]]
+    pixels = torch.zeros(BATCH, 1, tiles, v.num_channels, side, side)
+    tile_mask = torch.zeros(BATCH, 1, tiles, dtype=torch.long)
+    for b, (h, w) in enumerate(shapes):
+        pixels[b, 0, :h * w] = ctx.randn(h * w, v.num_channels, side, side)
+        tile_mask[b, 0, :h * w] = 1
+    ratio_ids = torch.tensor([[v.supported_aspect_ratios.index(s) + 1] for s in shapes])
+    head = torch.tensor([c.image_token_index, c.text_config.bos_token_id])
+    ids = torch.cat([head.expand(BATCH, -1), ordinary_ids(ctx, (BATCH, SEQ // 2))], dim=1)
+    cross = tile_mask[:, None].expand(-1, ids.shape[1], -1, -1).clone()
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels,
+            "aspect_ratio_ids": ratio_ids, "aspect_ratio_mask": tile_mask, "cross_attention_mask": cross}
+
+
+# Patch grids (height, width) of the MiniCPM-V images: one per row, of two sizes; multiples of 4,
+# as the two 2 x 2 merges of the "16x" mode need.
+_MINICPM_GRIDS = [[4, 4], [4, 8]]
+# The placeholder and the markers around images and slices (ids the checkpoints' configs hold),
+# at the top of the tiny vocabulary; the text takes the ids below them.
+_MINICPM_IDS = {"image_token_id": 255, "image_start_id": 254, "image_end_id": 253, "slice_start_id": 252,
+                "slice_end_id": 251, "newline_id": 250}
+
+
+def _minicpm_images(ctx: Ctx) -> dict:
+    """MiniCPM-V's processor packs every image of the batch into one NaViT row: (1, channels,
+    patch, patches x patch), each image's patches side by side, with each image's patch grid
+    (target_sizes)."""
+    v = image_config(ctx)
+    grids = torch.tensor(_MINICPM_GRIDS, dtype=torch.int32)
+    patches = int(grids.prod(-1).sum())
+    return {"pixel_values": ctx.randn(1, v.num_channels, v.patch_size, patches * v.patch_size),
+            "target_sizes": grids}
+
+
+def _minicpm_inputs(ctx: Ctx) -> dict:
+    """The packed images and, per row, its image's placeholder tokens (a grid's patches over 16,
+    or over 4 in the "4x" mode) between the image-start and image-end markers, then text."""
+    divisor = 4 if ctx.config.downsample_mode == "4x" else 16
+    counts = [h * w // divisor for h, w in _MINICPM_GRIDS]
+    ids = _MINICPM_IDS
+    width = max(counts) + 2 + SEQ // 2
+    rows = [torch.cat([torch.tensor([ids["image_start_id"]] + [ids["image_token_id"]] * n + [ids["image_end_id"]]),
+                       ordinary_ids(ctx, (width - n - 2,), vocab=min(ids.values()))]) for n in counts]
+    input_ids = torch.stack(rows)
+    out = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), **_minicpm_images(ctx)}
+    if "mm_token_type_ids" in ctx.params:
+        out["mm_token_type_ids"] = (input_ids == ids["image_token_id"]).int()
+    return out
+
+
+def _kimi_patches(ctx: Ctx, pixels: torch.Tensor) -> torch.Tensor:
+    """Kimi-K2.5's processor keeps each patch an image: (patches, channels, patch, patch)."""
+    patch = image_config(ctx).patch_size
+    return pixels.view(pixels.shape[0], -1, patch, patch)
+
+
+def _kimi_inputs(ctx: Ctx) -> dict:
+    """Qwen2-VL-style patches and grid, each patch an image, and as many placeholder tokens per
+    image as the model's own image features have rows."""
+    pixels, grid = _grid_images(ctx)
+    images = {"pixel_values": _kimi_patches(ctx, pixels), "image_grid_thw": grid}
+    counts = image_features_count(ctx, images)
+    return {**_with_placeholders(ctx, ctx.config.image_token_id, counts), **images}
+
+
+# ---- inputs: multimodal (Inkling, PaddleOCR-VL, Molmo2, video LLMs) ------------------------------
+
+def _video_llama3_inputs(ctx: Ctx) -> dict:
+    """VideoLLaMA 3's image processor: flattened patches with each image's (t, h, w) patch grid and
+    its merge size (1 for images), and as many placeholders per image as its grid has patches over
+    the merge size squared."""
+    pixels, grid = _grid_images(ctx)
+    merge = torch.ones(grid.shape[0], dtype=torch.long)
+    counts = (grid.prod(-1) // merge ** 2).tolist()
+    return {**_with_placeholders(ctx, _image_token_id(ctx.config), counts), "pixel_values": pixels,
+            "image_grid_thw": grid, "image_merge_sizes": merge}
+
+
+def _paddleocr_vl_inputs(ctx: Ctx) -> dict:
+    """PaddleOCR-VL's image processor: each image's patches as small images (patches, channels,
+    patch, patch) with its (t, h, w) patch grid; the prompt has one placeholder per 2 x 2 merged
+    patches, and mm_token_type_ids marks them (for the multimodal RoPE)."""
+    v = image_config(ctx)
+    flat, grid = _grid_images(ctx)
+    pixels = flat.reshape(flat.shape[0], v.num_channels, v.patch_size, v.patch_size)
+    token = _image_token_id(ctx.config)
+    text = _with_placeholders(ctx, token, (grid.prod(-1) // v.spatial_merge_size ** 2).tolist())
+    text["mm_token_type_ids"] = (text["input_ids"] == token).int()
+    return {**text, "pixel_values": pixels, "image_grid_thw": grid}
+
+
+_INKLING2_IMAGES = ("the image processor cuts each image into one block of pixels per language-model token (merge x "
+                    "patch pixels a side, channels last), with the grid counted in tokens, not patches")
+
+
+def _inkling2_images(ctx: Ctx) -> dict:
+    """Inkling 2's image processor: one image of 2 x 2 language-model tokens per row, cut into one
+    block of (merge x patch) pixels a side per token, channels last: (tokens, side, side,
+    channels); the grid (t, h, w) counts tokens."""
+    v = image_config(ctx)
+    side = v.spatial_merge_size * v.patch_size
+    grid = torch.tensor([[1, 2, 2]] * BATCH)
+    pixels = ctx.randn(int(grid.prod(-1).sum()), side, side, v.num_channels)
+    return {"pixel_values": pixels, "image_grid_thw": grid}
+
+
+def _inkling2_inputs(ctx: Ctx) -> dict:
+    """The images, and one placeholder per image token in each row's prompt."""
+    images = _inkling2_images(ctx)
+    counts = images["image_grid_thw"].prod(-1).tolist()
+    return {**_with_placeholders(ctx, _image_token_id(ctx.config), counts), **images}
+
+
+def _inkling_inputs(ctx: Ctx) -> dict:
+    """Inkling's image processor: each image cut into patches of the tower's patch size, each patch
+    repeated over the temporal patch and laid out (patches, time, h, w, channels); here two patches
+    per image; the prompt has one placeholder per patch."""
+    v = image_config(ctx)
+    per_image = 2
+    patches = ctx.randn(BATCH * per_image, v.patch_size, v.patch_size, v.num_channels)
+    pixels = patches[:, None].expand(-1, v.temporal_patch_size, -1, -1, -1).contiguous()
+    return {**_with_placeholders(ctx, _image_token_id(ctx.config), [per_image] * BATCH), "pixel_values": pixels}
+
+
+def _instructblip_video_inputs(ctx: Ctx) -> dict:
+    """InstructBLIP-Video's processor: a clip of frames (batch, frames, channels, h, w), the prompt
+    opening with num_query_tokens video tokens per frame, and the instruction for the Q-Former."""
+    c = ctx.config
+    video = _video(ctx)
+    text = _with_placeholders(ctx, c.video_token_index, [c.num_query_tokens * video.shape[1]] * BATCH)
+    return {**text, "pixel_values": video, **_qformer_text(ctx)}
+
+
+def _molmo2_inputs(ctx: Ctx) -> dict:
+    """Molmo2's image processor: per image, the resized image and its high-resolution crops (one
+    crop here: the image fits in one), each as (patches, 3 x patch x patch) flattened patches, all
+    crops of the batch stacked; per image token, the indices of the patches (2 x 2) it pools
+    (image_token_pooling); per image its pooled grids (low-res rows, cols, high-res rows, cols);
+    the prompt has one image token per pooled token, and mm_token_type_ids marks them."""
+    c, v = ctx.config, ctx.config.vision_config
+    crops = 2  # the resized image and one high-resolution crop
+    per_crop = (v.image_size[0] // v.patch_size) * (v.image_size[1] // v.patch_size)
+    pool = 4  # the processor's 2 x 2 pooling: one token per crop of 2 x 2 patches
+    tokens = crops * per_crop // pool
+    pooling = torch.arange(BATCH * crops * per_crop).reshape(BATCH * tokens, pool)
+    grids = torch.tensor([[1, 1, 1, 1]] * BATCH)
+    text = _with_placeholders(ctx, c.image_token_id, [tokens] * BATCH)
+    text["mm_token_type_ids"] = (text["input_ids"] == c.image_token_id).long()
+    return {**text, "pixel_values": ctx.randn(BATCH * crops, per_crop, v.num_channels * v.patch_size ** 2),
+            "image_token_pooling": pooling, "image_grids": grids}
+
+
+# ---- inputs: multimodal (image-token models, OCR, Granite) ---------------------------------------
+
+VQ_CODES, VQ_CODE_FIRST = 64, 128  # image codes of the VQ tokenizers and the token id of the first
+def _glm_image_inputs(ctx: Ctx) -> dict:
+    """GLM-Image's processor for image-to-image generation: per sample one source image, as
+    flattened patches with its (t, h, w) patch grid, spliced into the prompt as one placeholder per
+    patch between the image start and end tokens, then the text and the image start token of the
+    image to generate; ``image_grid_thw`` lists each sample's source grid then its target grid
+    (``images_per_sample`` of them)."""
+    c, v = ctx.config, ctx.config.vision_config
+    side, target = 4, [1, 2, 2]
+    n = side * side // v.spatial_merge_size ** 2
+    prompt = torch.cat([torch.full((BATCH, 1), c.image_start_token_id), torch.full((BATCH, n), c.image_token_id),
+                        torch.full((BATCH, 1), c.image_end_token_id), ordinary_ids(ctx, (BATCH, SEQ // 2)),
+                        torch.full((BATCH, 1), c.image_start_token_id)], dim=1)
+    return {"input_ids": prompt, "attention_mask": torch.ones_like(prompt),
+            "pixel_values": ctx.randn(BATCH * side * side, v.in_channels * v.patch_size ** 2),
+            "image_grid_thw": torch.tensor([[1, side, side], target] * BATCH),
+            "images_per_sample": torch.tensor([2] * BATCH)}
+
+
+_DOCLING_TILE = ("the connector pixel-shuffles a tile's patch grid by scale_factor (4), and by half of it on the "
+                 "fine path: a tile of 8 x 8 patches (128 pixels); the DeepStack taps name vision layers the "
+                 "two-layer tower has")
+
+
+def _chameleon_vocabulary() -> dict:
+    """Chameleon's tokenizer vocabulary as the checkpoints' config carries it: the image
+    placeholder, and one ``IMGIMG<code>Z`` token per VQ code (the code's digits spelled A-J)."""
+    spell = {str(d): chr(ord("A") + d) for d in range(10)}
+    codes = {"IMGIMG" + "".join(spell[c] for c in str(i)) + "Z": VQ_CODE_FIRST + i for i in range(VQ_CODES)}
+    return {"<image>": VQ_CODE_FIRST + VQ_CODES, **codes}
+
+
+def _emu3_vocabulary() -> dict:
+    """Emu3's tokenizer vocabulary as the checkpoints' config carries it: the image placeholder,
+    the end-of-row token (``<|extra_200|>``) and one ``<|visual token NNNNNN|>`` per VQ code."""
+    codes = {f"<|visual token{i:06d}|>": VQ_CODE_FIRST + i for i in range(VQ_CODES)}
+    return {"<image>": VQ_CODE_FIRST + VQ_CODES, "<|extra_200|>": VQ_CODE_FIRST + VQ_CODES + 1, **codes}
+
+
+def _text_without_image_codes(ctx: Ctx) -> dict:
+    """The prompt's text tokens redrawn where they fell on an image code: a tokenizer never makes
+    those tokens from text (and Chameleon's head rules them out of its predictions)."""
+    ids = ctx.batch.get("input_ids")
+    if ids is None:
+        return {}
+    codes = torch.tensor(ctx.model.model.vocabulary_mapping.image_tokens)
+    specials = _special_ids(ctx.config) | set(codes.tolist())
+    allowed = torch.tensor([i for i in range(text_vocab(ctx.model, ctx.config)) if i not in specials])
+    ids = ids.clone()
+    hit = torch.isin(ids, codes)
+    ids[hit] = allowed[torch.randint(0, len(allowed), (int(hit.sum()),), generator=ctx.g)]
+    return {"input_ids": ids}
+
 
 SPECS: dict[str, Spec] = {
     "apertus1p5": _changes("the image and audio code ranges must fit the tiny vocabulary, back to back",
@@ -983,8 +1472,11 @@ SPECS: dict[str, Spec] = {
     "pp_doclayout_v4": Spec(_NO_LOSS, labels=lambda ctx: {}),
     "depth_pro": Spec(_NO_LOSS + "; the image is split into patches of the config's patch size at its smallest "
                       "scale (a quarter): 56-pixel patches (4 x 4 of the encoders' 14) of a 224-pixel image; the "
-                      "encoders' hooked layers are the two the tiny encoder has",
+                      "encoders' hooked layers are the two the tiny encoder has; the neck and fusion widths are "
+                      "shrunk too (they are not derived from the encoders')",
                       config=Override("", changes={"patch_size": 56, "intermediate_hook_ids": [1, 0],
+                                                   "fusion_hidden_size": 32, "intermediate_feature_dims": [32, 32],
+                                                   "scaled_images_feature_dims": [64, 64, 32],
                                                    **{f"{e}_model_config.image_size": 56
                                                       for e in ("image", "patch", "fov")}}),
                       inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 224, 224)}, labels=lambda ctx: {}),
@@ -1002,21 +1494,17 @@ SPECS: dict[str, Spec] = {
     "gemma3": _changes("image tokens per image: no more than the tiny image's patches", mm_tokens_per_image=4),
     "glm5_next": _changes(_INDEXER, text_config__index_kpool=4),
     "glm5_next_text": _changes(_INDEXER, index_kpool=4),
-    "granite_speech": _changes(_HIDDEN_DIM, encoder_config__hidden_dim=64),
-    "granite_speech_plus": _changes(_HIDDEN_DIM, encoder_config__hidden_dim=64),
     "granite_speech5_ctc": Spec(_STACKED, inputs=_stacked_features),
     "granite_speech5_encoder": Spec(_STACKED, inputs=_stacked_features),
-    **{m: Spec(_QUERY_TOKENS + "; the Q-Former reads the instruction too",
-               config=Override("", changes={"image_token_index": 255, "num_query_tokens": 4}), inputs=_qformer_text)
-       for m in ("instructblip", "instructblipvideo")},
+    "instructblip": Spec(_QUERY_TOKENS + "; the Q-Former reads the instruction too",
+                         config=Override("", changes={"image_token_index": 255, "num_query_tokens": 4}),
+                         inputs=_qformer_text),
     "kosmos-2": Spec("the text marks where the image's latent queries go (image_embeds_position_mask); the text "
                      "model's width is embed_dim, a field the generic shrink leaves",
                      config=Override("", changes={"text_config.embed_dim": 64, "text_config.ffn_dim": 128,
                                                   "latent_query_num": 4}), inputs=_kosmos2_text),
     "luke": _changes("the entity vocabulary is not a field the generic shrink knows", entity_vocab_size=64),
     "mobilevitv2": _changes("five stride-2 stages and a 2 x 2 unfolding patch: a 64-pixel image", image_size=64),
-    "molmo2": _changes("the adapter reads vision layers that the two-layer tower has",
-                       adapter_config__vision_feature_layer=[-1, -2]),
     "perceiver": Spec("the byte-level masked LM decodes max_position_embeddings positions: inputs that long; "
                       "its latents are not fields the generic shrink knows",
                       config=Override("", changes={"max_position_embeddings": 32, "d_latents": 64, "num_latents": 16}),
@@ -1044,6 +1532,19 @@ SPECS: dict[str, Spec] = {
                "line image is 48 pixels high (as the processor resizes it), 160 wide",
                inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 48, 160)})
        for m in ("pp_ocrv5_server_rec", "pp_ocrv6_small_rec", "pp_ocrv6_tiny_rec")},
+    "pp_ocrv6_small_det": Spec(_DETECTOR_BACKBONE + "; the neck reads the widths of its four stages",
+                               config=Override("", base={"backbone_config": {
+                                   "model_type": "pp_lcnet_v3", "scale": 0.75, "divisor": 16,
+                                   "out_features": ["stage2", "stage3", "stage4", "stage5"], "out_indices": [2, 3, 4, 5]}},
+                                   changes={"layer_list_out_channels": [32, 48, 96, 192]})),
+    "pp_ocrv6_medium_det": Spec(_DETECTOR_BACKBONE + "; " + _UNSET_LIST + ": the neck's intra-class blocks (a k x 1, "
+                                "1 x k and k x k convolution for k = 7, 5, 3, each padded to keep the map's size), the "
+                                "upsampling of its four levels and the head's kernels",
+                                config=Override("", base={"backbone_config": {
+                                    "model_type": "hgnet_v2", "arch": "L", "return_idx": [0, 1, 2, 3],
+                                    "out_features": ["stage1", "stage2", "stage3", "stage4"]}},
+                                    changes={"intraclass_block_config": _intraclass_convs(),
+                                             "scale_factor_list": [1, 2, 4, 8], "kernel_list": [3, 2, 2]})),
     "pp_ocrv5_mobile_rec": Spec("a text-line recognizer: the default backbone strides the height 32-fold and the head "
                                 "average-pools three rows of it, so the line image is 96 pixels high, 160 wide",
                                 inputs=lambda ctx: {"pixel_values": ctx.randn(BATCH, 3, 96, 160)}),
@@ -1071,8 +1572,210 @@ SPECS: dict[str, Spec] = {
     "pp_doclayout_v3": Spec(_NO_LOSS + "; the mask branch reads the backbone's first stage: its width (x4_feat_dim) "
                             "is the tiny backbone's (16), a field the generic shrink leaves",
                             config=Override("", changes={"x4_feat_dim": 16}), labels=lambda ctx: {}),
-    "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is",
-                     noise_scale=0.0, noise_scale_duration=0.0),
+    "vits": _changes("no sampling noise: the device's random stream is its own, as CUDA's is; the HiFi-GAN "
+                     "vocoder's width is shrunk too (it is not derived from the hidden size)",
+                     noise_scale=0.0, noise_scale_duration=0.0, upsample_initial_channel=32),
     "wav2vec2-bert": _changes(_CTC_VOCAB, vocab_size=32),
     "wav2vec2-conformer": _changes(_CTC_VOCAB, vocab_size=32),
+    # video trackers, families without a forward
+    "sam2_video": Spec(_TRACKER + "; " + _HIERA, config=Override("", changes={
+        **_TRACKER_WIDE, "vision_config.backbone_config.hidden_size": 24,
+        "vision_config.backbone_config.global_attention_blocks": [4]}), inputs=_tracker_clip, call=_track),
+    "edgetam_video": Spec(_TRACKER + "; " + _HIERA + "; the memory's perceiver resampler pools the top feature map "
+                          "(2 x 2) in a square of windows: 4 2-D latents (one per 1-pixel window, the keys' rotary "
+                          "grid 2 x 2) and 4 1-D latents; the second object is prompted with a box, not a mask: "
+                          "EdgeTAM's mask-prompt path returns its object score one axis short of a clicked object's "
+                          "(SAM 2's unsqueezes it), so the forward cannot concatenate the two objects' scores",
+                          config=Override("", changes={
+                              **_TRACKER_WIDE, "vision_config.backbone_config.hidden_size": 24,
+                              "vision_config.backbone_config.global_attention_blocks": [4],
+                              "perceiver_resampler_num_latents": 4, "perceiver_resampler_num_latents_2d": 4,
+                              "memory_attention_rope_k_sizes": [2, 2]}),
+                          inputs=lambda ctx: _tracker_clip(ctx, box=True), call=_track),
+    "sam3_tracker_video": Spec(_TRACKER + "; the feature maps' sizes follow from the image size in whole patches "
+                               "(14 pixels): a 28-pixel image", config=Override("", changes={**_TRACKER_WIDE,
+                                                                                             "image_size": 28}),
+                               inputs=_tracker_clip, call=_track),
+    "sam3_video": Spec("the video forward runs on an inference session: the clip and a text prompt (tokenized as the "
+                       "processor does, padded to 32), then every frame in turn; with random weights every detection "
+                       "scores about 0.25 (class and presence sigmoids near 1/2), so the detection thresholds are "
+                       "0.2, not 0.5 and 0.7, for detections to be tracked; the tracker's widths as in "
+                       "sam3_tracker_video, and the detector's as wide (its features feed the tracker); the tracker's "
+                       "low-resolution masks are 4 times the top feature map (8)",
+                       config=Override("", changes={
+                           **{f"tracker_config.{k}": v for k, v in _TRACKER_WIDE.items()},
+                           "tracker_config.image_size": 28, "low_res_mask_size": 8,
+                           **{f"detector_config.{k}": _TRACKER_WIDTH
+                              for k in ("vision_config.fpn_hidden_size", "geometry_encoder_config.hidden_size",
+                                        "detr_encoder_config.hidden_size", "detr_decoder_config.hidden_size",
+                                        "mask_decoder_config.hidden_size")},
+                           "score_threshold_detection": 0.2, "new_det_thresh": 0.2}),
+                       inputs=_text_prompt_clip, call=_detect_and_track),
+    "bark": Spec("no forward: its generate samples, so the computation is each stage of the pipeline on given tokens "
+                 "(semantic, coarse and fine models' logits) and the codec's decoding of audio codes",
+                 inputs=_bark_inputs, call=_bark),
+    "glm_image_vqmodel": Spec("no forward: the computation is encode, the VQ tokenizer of the vision tower's feature "
+                              "map (batch, latent channels, h, w); its widths and codebook are fields the generic "
+                              "shrink does not know",
+                              config=Override("", changes={"embed_dim": 32, "num_embeddings": 64,
+                                                           "latent_channels": 48}),
+                              inputs=lambda ctx: {"hidden_states": ctx.randn(BATCH, ctx.config.latent_channels, 4, 4)},
+                              call=lambda model, inputs: model.encode(inputs["hidden_states"])),
+    # audio language models and codecs
+    **{m: Spec(_HIDDEN_DIM + "; the processor's input_features_mask marks the projector's real outputs (a boolean "
+               "mask, one per audio placeholder), not the mel frames",
+               config=Override("", changes={"encoder_config.hidden_dim": 64}), inputs=_projector_mask)
+       for m in ("granite_speech", "granite_speech_plus")},
+    "voxtral": _changes(_CHECKPOINT + ": the audio placeholder token (24, as the processor sets it)", audio_token_id=24),
+    "voxtral_realtime": Spec("the audio is not spliced in at placeholders but added to the tokens, one group of "
+                             "audio_length_per_tok mel frames per token: the training forward reads its tokens' "
+                             "audio, generate goes on over the rest", inputs=_realtime_audio, call=_realtime_forward),
+    "musicflamingo": Spec("get_audio_features reads the text's placeholders (audio timestamps), so the placeholders "
+                          "are counted from the encoder's strides, as the processor does",
+                          inputs=lambda ctx: _whisper_pooled_audio(ctx, "input_features_mask")),
+    "moss_transcribe_diarize": Spec("get_audio_features requires the raw audio's padding mask (per sample) beside "
+                                    "the mel frames' mask", inputs=_moss_audio),
+    "kyutai_speech_to_text": Spec("each position takes its text token and the codec's codes of that frame, "
+                                  "(batch, frames, 1 + codebooks), labels the text tokens; generate takes the raw "
+                                  "audio instead (and encodes it as it goes), not these inputs",
+                                  inputs=_kyutai_frames,
+                                  labels=lambda ctx: {"labels": ctx.batch["input_ids"][..., 0].clone()},
+                                  generate=False),
+    "xcodec2": Spec(_REQUIRED + ": the semantic encoder's filter-bank frames beside the waveform, one per hop of "
+                    "the acoustic encoder (as the feature extractor makes them); the quantizer's width is the fused "
+                    "one (acoustic and semantic: 64 + 64), a field the generic shrink does not know",
+                    config=Override("", changes={"quantization_dim": 128}), inputs=_codec_pair),
+    "vibevoice_acoustic_tokenizer_encoder": Spec(
+        _REQUIRED + ": the waveform (batch, channels, samples) as hidden_states",
+        inputs=lambda ctx: {"hidden_states": ctx.randn(BATCH, ctx.config.channels, AUDIO_SAMPLES)}),
+    "vibevoice_acoustic_tokenizer_decoder": Spec(
+        _DECODER_LATENTS + " (batch, hidden size, frames), as hidden_states",
+        inputs=lambda ctx: {"hidden_states": ctx.randn(BATCH, ctx.config.hidden_size, 8)}),
+    "wavtokenizer_encoder": Spec("an encoder whose output is discrete codes, which carry no gradient: compared are "
+                                 "the encoder's continuous embeddings and the codes its forward quantizes from them",
+                                 call=_codec_encoding),
+    # multimodal: Fuyu, Mllama, MiniCPM, Kimi
+    "fuyu": Spec("the image goes in as flattened patches (batch, patches, channels x patch x patch), one image token "
+                 "per patch and a newline token per patch row, as Fuyu's processor lays them out", inputs=_fuyu_inputs),
+    "mllama": Spec("the image is tiled (batch, images, tiles, channels, h, w) with its aspect ratio id and tile mask, "
+                   "and the text attends to it through a cross-attention mask, as Mllama's processor makes them; the "
+                   "projector reads the last hidden state and the intermediate layers the tiny tower has: "
+                   "vision_output_dim is their total width",
+                   config=Override("", changes={"vision_config.intermediate_layers_indices": [0, 1],
+                                                "vision_config.vision_output_dim": 192}),
+                   inputs=_mllama_inputs),
+    "llama4": Spec("the vision adapter's pixel shuffle (ratio 0.5) gives 4 x the tower's width, which its MLP reads as "
+                   "intermediate_size; the projector reads the adapter's output (projector_output_dim) as "
+                   "vision_output_dim, as the checkpoints set it",
+                   config=Override("", changes={"vision_config.intermediate_size": 256,
+                                                "vision_config.vision_output_dim": 64}),
+                   unrunnable="library defect: Llama4ForConditionalGeneration.forward builds its output from "
+                              "outputs.image_outputs, which its language model's output (MoeCausalLMOutputWithPast) "
+                              "does not have, so every forward raises, with or without an image",
+                   unrunnable_match="'MoeCausalLMOutputWithPast' object has no attribute 'image_outputs'"),
+    **{m: Spec("the images are NaViT-packed (1, channels, patch, patches x patch) with each image's patch grid "
+               "(target_sizes), and the prompt wraps each image's placeholders in image markers, as the MiniCPM-V "
+               "processor makes them; the default config leaves the token ids to the checkpoints; the window merger "
+               "follows vision layer insert_layer_id (6 of the checkpoints' 27): the tiny tower's first",
+               config=Override("", changes={**({"image_token_id": _MINICPM_IDS["image_token_id"]} if m != "minicpmv4_7"
+                                               else _MINICPM_IDS),
+                                            "insert_layer_id": 0, "vision_config.insert_layer_id": 0}),
+               inputs=_minicpm_inputs)
+       for m in ("minicpm_ocr", "minicpmv4_6", "minicpmv4_7")},
+    **{m: Spec("the image is NaViT-packed (1, channels, patch, patches x patch) with each image's patch grid "
+               "(target_sizes), as the MiniCPM-V processor makes it; the window merger follows layer insert_layer_id "
+               "(6 of the checkpoints' 27): the tiny tower's first",
+               config=Override("", changes={"insert_layer_id": 0}), inputs=_minicpm_images)
+       for m in ("minicpm_ocr_vision", "minicpmv4_7_vision")},
+    "kimi_k25": Spec("each patch goes in as an image (patches, channels, patch, patch) beside the patch grid, as "
+                     "Kimi-K2.5's processor makes them", inputs=_kimi_inputs),
+    "kimi_k25_vision": Spec("each patch goes in as an image (patches, channels, patch, patch) beside the patch grid, "
+                            "as Kimi-K2.5's processor makes them",
+                            inputs=lambda ctx: {"pixel_values": _kimi_patches(ctx, ctx.batch["pixel_values"])}),
+    # multimodal: Inkling, PaddleOCR-VL, Molmo2, video LLMs
+    "video_llama_3": Spec("the image processor hands over each image's merge size (image_merge_sizes, 1 for images) "
+                          "besides its flattened patches and patch grid", inputs=_video_llama3_inputs),
+    "video_llama_3_vision": Spec("the tower takes each image's merge size (1 for images, as the image processor "
+                                 "makes it) besides its flattened patches and patch grid",
+                                 inputs=lambda ctx: {"merge_sizes": torch.ones(BATCH, dtype=torch.long)}),
+    "instructblipvideo": Spec("a video model: a clip of frames, its placeholders are video tokens (num_query_tokens "
+                              "per frame, an id the checkpoints set and the default config leaves unset) at the head "
+                              "of the prompt, and the Q-Former reads the instruction too",
+                              config=Override("", changes={"video_token_index": 255, "num_query_tokens": 4}),
+                              inputs=_instructblip_video_inputs),
+    "deepseek_vl_hybrid": Spec("the image processor makes the image twice: for the low-resolution tower and, at the "
+                               "SAM tower's size, for the high-resolution one (high_res_pixel_values); the SAM tower's "
+                               "global-attention layers (the first of which the model reads) are ones the two-layer "
+                               "tower has: its last, after a windowed one",
+                               config=Override("", changes={"high_res_vision_config.global_attn_indexes": [1]}),
+                               inputs=lambda ctx: {"high_res_pixel_values": _pixels(
+                                   ctx, ctx.config.high_res_vision_config)}),
+    "molmo2": Spec("the image processor's crops of flattened patches, the patches each image token pools "
+                   "(image_token_pooling) and the pooled grids (image_grids); training requires mm_token_type_ids; "
+                   "the adapter reads vision layers that the two-layer tower has; one position embedding per patch "
+                   "of the tiny crop (2 x 2); the image token is in the additional vocabulary after the text "
+                   "vocabulary, as in the checkpoints",
+                   config=Override("", changes={"adapter_config.vision_feature_layer": [-1, -2],
+                                                "vision_config.num_position_embeddings": 4, "image_patch_id": 258}),
+                   inputs=_molmo2_inputs),
+    "paddleocr_vl": Spec("the image processor hands over each patch as a small image, (patches, channels, patch, "
+                         "patch), not flattened", inputs=_paddleocr_vl_inputs),
+    **{m: Spec(_INKLING2_IMAGES + "; the prompt has one placeholder per token", inputs=_inkling2_inputs)
+       for m in ("inkling2", "inkling2_loop")},
+    "inkling2_vision": Spec(_INKLING2_IMAGES, inputs=_inkling2_images),
+    "inkling_mm_model": Spec("the image processor cuts each image into patches of the tower's patch size, repeats "
+                             "each over the temporal patch and lays them out (patches, time, h, w, channels); one "
+                             "placeholder per patch", inputs=_inkling_inputs),
+    # multimodal: image-token models, OCR, Granite
+    "chameleon": Spec("the image tokenizer's vocabulary (image codes to token ids) comes with the checkpoints, "
+                      "the default config has none: one for a 64-code VQ model; a VQ model sized for a 32-pixel "
+                      "image (three stride-2 stages: 4 x 4 codes); text tokens are never image codes",
+                      config=Override("", changes={"vocabulary_map": _chameleon_vocabulary(), **{
+                          f"vq_config.{k}": v for k, v in dict(
+                              resolution=32, base_channels=32, channel_multiplier=[1, 1, 1, 2], num_res_blocks=1,
+                              num_embeddings=VQ_CODES, embed_dim=32, latent_channels=32).items()}}),
+                      inputs=_text_without_image_codes),
+    "emu3": Spec("the image tokenizer's vocabulary (image codes and the end-of-row token to token ids) comes with "
+                 "the checkpoints, the default config has none: one for a 64-code VQ model; a VQ model sized for a "
+                 "32-pixel image (three stride-2 stages: 4 x 4 codes, its attention at the last stage, whose width "
+                 "is the VQ model's hidden size); text tokens are never image codes",
+                 config=Override("", changes={"vocabulary_map": _emu3_vocabulary(), **{
+                     f"vq_config.{k}": v for k, v in dict(
+                         base_channels=32, channel_multiplier=[1, 1, 2, 2], num_res_blocks=1,
+                         codebook_size=VQ_CODES, attn_resolutions=[3], hidden_size=64).items()}}),
+                 inputs=_text_without_image_codes),
+    "granite_docling": Spec(_DOCLING_TILE + "; the processor's images come as tiles per sample, (batch, tiles, "
+                            "channels, h, w), with the mask of the real tiles (one tile each here)",
+                            config=Override("", changes={"vision_config.image_size": 128,
+                                                         "vision_config.deepstack_visual_indexes": [0, 1]}),
+                            inputs=lambda ctx: {"pixel_attention_mask": torch.ones(BATCH, 1, dtype=torch.bool)}),
+    "granite_docling_vision": _changes(_DOCLING_TILE, image_size=128, deepstack_visual_indexes=[0, 1]),
+    **{m: _changes("the adapter reads the vision tower's merged patches: out_hidden_size is the tower's width times "
+                   "merge_size squared (64 x 4), which the generic shrink does not derive", out_hidden_size=256)
+       for m in ("muse_glimmer", "muse_spark")},
+    "unlimited_ocr": _changes("the SAM neck's last width (downsample_channels) feeds the CLIP encoder as its patch "
+                              "embeddings: it must be the encoder's width (64), which the generic shrink does not "
+                              "derive", vision_config__sam_config__downsample_channels=[32, 64]),
+    "granite4_vision": _changes("the default config leaves the projectors' layout to the checkpoints (None): the "
+                                "Q-Former's query and key windows (downsample_rate 2/4, the checkpoints' 4/8 "
+                                "halved, on a tile of 4 x 4 patches), one DeepStack projection and the four spatial "
+                                "groups, each injected into its own decoder layer (five here)",
+                                downsample_rate="2/4", vision_config__patch_size=16, deepstack_layer_map=[[-2, 0]],
+                                spatial_target_layers=[1, 2, 3, 4], text_config__num_hidden_layers=5),
+    "diffusion_gemma": Spec("every decoder layer has a mixture of experts, whose sizes the default config leaves unset "
+                            "(None); the head takes the prompt and the canvas it denoises (decoder_input_ids, 8 "
+                            "tokens here: drawn at random on the model's device when not given) and computes no loss; "
+                            "its generate draws its canvases at random on the device (the device's random stream is "
+                            "its own, as CUDA's is)",
+                            config=Override("", changes={"text_config.num_experts": 4, "text_config.top_k_experts": 2,
+                                                         "text_config.moe_intermediate_size": 32,
+                                                         "canvas_length": 8}),
+                            inputs=lambda ctx: {"decoder_input_ids": ordinary_ids(ctx, (BATCH, 8))},
+                            labels=lambda ctx: {}, generate=False),
+    "glm_image": Spec("a source image and the grid of the image to generate, as the processor makes them for "
+                      "image-to-image generation; the VQ model quantizes the vision tower's features (its latent "
+                      "width is the tower's) into codes that are token ids of the text vocabulary: 64 codes",
+                      config=Override("", changes={"vq_config.latent_channels": 64, "vq_config.embed_dim": 32,
+                                                   "vq_config.num_embeddings": 64}),
+                      inputs=_glm_image_inputs),
 }
