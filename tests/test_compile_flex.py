@@ -9,9 +9,11 @@ shapes are small and each compiled function is reused across the checks it serve
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 
 import torch
+from _subprocess import run_python
 from _tiny_llama import NEURON, llama_pair, tiny_llama_config
 from torch._inductor.utils import run_and_get_code
 from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
@@ -213,3 +215,28 @@ def test_autocast_forward_backward():
     for name, got, want in zip("qkv", leaves, ref_qkv):
         assert got.grad.dtype == torch.float32, name
         torch.testing.assert_close(got.grad.cpu().double(), want.grad, rtol=5e-2, atol=5e-2, msg=name)
+
+
+_THREADS_PROGRAM = textwrap.dedent("""
+    import torch, torch_neuronx
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 16, dtype=torch.float64) for _ in range(3))
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 256, 256, device="neuron")
+    f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), fullgraph=True)
+    out = f(*(t.float().to("neuron") for t in (q, k, v))).cpu()
+    s = (q @ k.transpose(-1, -2)) / 4
+    s = s.masked_fill(torch.ones(256, 256, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(out, (torch.softmax(s, -1) @ v).float(), rtol=1e-5, atol=1e-5)
+    print("ok", torch.get_num_threads())
+""")
+
+
+def test_a_kernel_compiled_for_one_thread_count_is_not_reused_for_another(tmp_path):
+    # The FlexAttention template sizes per-thread buffers by the thread count it is generated
+    # for: a process with 2 threads must not load from the cache what a 1-thread one compiled.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    for threads in ("1", "2"):
+        out = run_python(_THREADS_PROGRAM, env={**env, "OMP_NUM_THREADS": threads})
+        assert f"ok {threads}" in out, out

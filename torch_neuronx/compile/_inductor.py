@@ -121,6 +121,7 @@ def _patch_host_device_checks() -> None:
         return device is not None and _is_host_codegen(device.type)
 
     scheduler.BaseSchedulerNode.is_cpu = is_cpu
+    _patch_cache_key()
 
     orig_heuristics = choices.InductorChoices.get_config_heuristics
 
@@ -129,6 +130,35 @@ def _patch_host_device_checks() -> None:
 
     choices.InductorChoices.get_config_heuristics = get_config_heuristics
     _patch_cat_lowering()
+
+
+def _patch_cache_key() -> None:
+    # C++ kernels specialize on the thread count they are generated for (the FlexAttention
+    # template sizes per-thread buffers by it), so the FX graph cache puts that count in the key
+    # of graphs that "may generate CPU C++ code", which it decides by looking for CPU tensors.
+    # A neuron graph generates the same C++ code: without the count in its key, a kernel
+    # compiled with one thread and loaded from the cache by a process with two overruns its
+    # buffers (heap corruption).
+    import torch
+    from torch._inductor.codecache import FxGraphHashDetails
+    from torch.utils._pytree import tree_leaves
+
+    orig = FxGraphHashDetails.__dict__["_may_generate_cpu_cpp_code"].__func__
+    if getattr(orig, "_neuron_patched", False):
+        return
+
+    def on_neuron(value) -> bool:
+        return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE for t in tree_leaves(value))
+
+    def may_generate_cpu_cpp_code(cls, gm, example_inputs) -> bool:
+        if orig(cls, gm, example_inputs) or on_neuron(list(example_inputs)):
+            return True
+        return gm is not None and any(
+            on_neuron(list(cls._tensor_metadata(node)))
+            for module in gm.modules() if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes)
+
+    may_generate_cpu_cpp_code._neuron_patched = True
+    FxGraphHashDetails._may_generate_cpu_cpp_code = classmethod(may_generate_cpu_cpp_code)
 
 
 def _patch_cat_lowering() -> None:
