@@ -135,30 +135,24 @@ def _patch_host_device_checks() -> None:
 def _patch_cache_key() -> None:
     # C++ kernels specialize on the thread count they are generated for (the FlexAttention
     # template sizes per-thread buffers by it), so the FX graph cache puts that count in the key
-    # of graphs that "may generate CPU C++ code", which it decides by looking for CPU tensors.
-    # A neuron graph generates the same C++ code: without the count in its key, a kernel
-    # compiled with one thread and loaded from the cache by a process with two overruns its
-    # buffers (heap corruption).
+    # of graphs that may generate C++ code, which it decides by looking for CPU tensors in the
+    # inputs and the graph. A neuron graph generates the same C++ code: without the count in its
+    # key, a kernel compiled with one thread and loaded from the cache by a process with two
+    # overruns its buffers (heap corruption). So neuron tensors count as host tensors there.
     import torch
     from torch._inductor.codecache import FxGraphHashDetails
-    from torch.utils._pytree import tree_leaves
 
-    orig = FxGraphHashDetails.__dict__["_may_generate_cpu_cpp_code"].__func__
+    orig = FxGraphHashDetails.__dict__["_contains_cpu_tensor"].__func__
     if getattr(orig, "_neuron_patched", False):
         return
 
-    def on_neuron(value) -> bool:
-        return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE for t in tree_leaves(value))
+    def contains_host_tensor(cls, value) -> bool:
+        if isinstance(value, torch.Tensor):
+            return _is_host_codegen(value.device.type)
+        return orig(cls, value)  # containers: recurses through cls, so through this function
 
-    def may_generate_cpu_cpp_code(cls, gm, example_inputs) -> bool:
-        if orig(cls, gm, example_inputs) or on_neuron(list(example_inputs)):
-            return True
-        return gm is not None and any(
-            on_neuron(list(cls._tensor_metadata(node)))
-            for module in gm.modules() if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes)
-
-    may_generate_cpu_cpp_code._neuron_patched = True
-    FxGraphHashDetails._may_generate_cpu_cpp_code = classmethod(may_generate_cpu_cpp_code)
+    contains_host_tensor._neuron_patched = True
+    FxGraphHashDetails._contains_cpu_tensor = classmethod(contains_host_tensor)
 
 
 def _patch_cat_lowering() -> None:

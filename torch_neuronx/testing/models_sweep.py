@@ -181,14 +181,18 @@ def _to_device(batch: dict) -> dict:
     return map_tensors(batch, lambda t: t.to(DEVICE))
 
 
+def _adamw(params) -> torch.optim.AdamW:
+    """The sweep's optimizer over the parameters of ``params`` that require gradients."""
+    return torch.optim.AdamW([p for p in params if p.requires_grad], **ADAMW)
+
+
 def _float64_stages(model, batch: dict) -> dict:
-    """forward, backward and step of ``model`` (a pristine float32 copy, converted in place)
-    in float64 on CPU: the arbiter when CPU and neuron differ by more than the tolerance."""
+    """forward and backward of ``model`` (a pristine float32 copy, converted in place) in
+    float64 on CPU: the arbiter when CPU and neuron differ by more than the tolerance (a step
+    that differs is checked from the device's gradients instead, ``_cpu_step``)."""
     model.double()
     batch = map_tensors(batch, lambda t: t.double() if t.is_floating_point() else t)
-    out = {"forward": _stage_forward(model, batch), "backward": _stage_backward(model, batch)}
-    out["step"] = _stage_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **ADAMW))
-    return out
+    return {"forward": _stage_forward(model, batch), "backward": _stage_backward(model, batch)}
 
 
 def _cpu_step(initial: dict, grads: dict) -> dict:
@@ -198,7 +202,7 @@ def _cpu_step(initial: dict, grads: dict) -> dict:
     for n, g in grads.items():
         params[n].grad = None if g is None else g.detach().cpu().clone()
     torch.manual_seed(0)
-    torch.optim.AdamW([p for p in params.values() if p.requires_grad], **ADAMW).step()
+    _adamw(params.values()).step()
     return {"params": {n: p.detach() for n, p in params.items()}}
 
 
@@ -303,7 +307,7 @@ def _check(model_type: str, record: dict, device: bool) -> None:
         if steps and len(steps) != specs.NEW_TOKENS:
             record["notes"].append(f"CPU generate produced {len(steps)} new tokens, not {specs.NEW_TOKENS}")
     try:
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **ADAMW)
+        optimizer = _adamw(model.parameters())
         ref["step"] = _stage_step(model, optimizer)
     except Exception as e:
         record.update(_cpu_failure(model_type, "step", e))
@@ -362,8 +366,7 @@ def _check(model_type: str, record: dict, device: bool) -> None:
             stages["step"] = "skipped: backward raised"
         else:
             def step():
-                opt = torch.optim.AdamW([p for p in device_model.parameters() if p.requires_grad], **ADAMW)
-                return _stage_step(device_model, opt)
+                return _stage_step(device_model, _adamw(device_model.parameters()))
 
             def step_problem(out: dict) -> str | None:
                 # AdamW's first step moves each parameter by about lr * sign(gradient): gradient
