@@ -61,6 +61,10 @@ def cases():
     vec = torch.randn(64, generator=g)
     mm32 = torch.randn(2048, 2048, generator=g)
     mm16 = mm32.to(torch.bfloat16)
+    mm16_512 = mm32[:512, :512].to(torch.bfloat16)
+    # A vocoder-sized 1-d convolution in bf16 (Conv1d, 256 channels, kernel 7).
+    conv_x = torch.randn(4, 256, 2048, generator=g).to(torch.bfloat16)
+    conv_w = (torch.randn(256, 256, 7, generator=g) / 40).to(torch.bfloat16)
     # One token through a linear layer (a decode step): the device's matrix-vector path.
     tok = torch.randn(1, 512, generator=g)
     w_up = torch.randn(1376, 512, generator=g)
@@ -79,6 +83,9 @@ def cases():
         ("view+t 8x8", "small", (small,), lambda a: a.view(64).view(8, 8).t(), 2000),
         ("mm 2048^2 fp32", "large", (mm32, mm32), lambda a, b: a @ b, 3),
         ("mm 2048^2 bf16", "large", (mm16, mm16), lambda a, b: a @ b, 3),
+        ("mm 512^2 bf16", "large", (mm16_512, mm16_512), lambda a, b: a @ b, 10),
+        ("conv1d 256ch bf16", "large", (conv_x, conv_w),
+         lambda x, w: torch.nn.functional.conv1d(x, w, padding=3), 3),
         ("add 64M fp32", "large", (big, big_b), lambda a, b: a + b, 5),
         ("mv 1376x512 fp32", "large", (tok, w_up), lambda x, w: x @ w.t(), 200),
         ("mv 8000x512 fp32", "large", (tok, w_head), lambda x, w: x @ w.t(), 50),

@@ -15,6 +15,7 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/SmallVector.h>
 
+#include <initializer_list>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -111,6 +112,39 @@ class KernelCall {
   std::optional<KernelDeviceScope> scope_;
   DeviceActivityScope activity_;  // last: reports the span once everything else is done
 };
+
+// ---- 16-bit float products (matmul.cpp, ops.cpp convolution) ----------------------------
+// Trainium's PE array multiplies bf16/fp16 operands exactly and accumulates in fp32 (PSUM);
+// the result is rounded once when it leaves. ATen's CPU kernels compute the same numbers, with
+// oneDNN where the host has 16-bit GEMMs (AVX-512), and with scalar loops, tens of times slower
+// than the fp32 BLAS, where it has not. On such hosts neuron widens the operands to fp32 (exact),
+// runs the fp32 kernel and narrows the result: the same rounding, at fp32 speed.
+
+// Whether ATen's CPU kernels have a fast path for `dtype` (bf16 or fp16) on this host.
+bool host_has_16bit_gemm(c10::ScalarType dtype);
+
+// True when every defined tensor is bf16, or every one is fp16, and the host has no fast
+// kernel for it. Anything else (mixed dtypes included) takes ATen's own kernel, which keeps
+// its type checks and messages.
+inline bool widens(std::initializer_list<const at::Tensor*> tensors) {
+  std::optional<c10::ScalarType> dtype;
+  for (const at::Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    const c10::ScalarType s = t->scalar_type();
+    if ((s != at::kBFloat16 && s != at::kHalf) || (dtype && *dtype != s)) return false;
+    dtype = s;
+  }
+  return dtype.has_value() && !host_has_16bit_gemm(*dtype);
+}
+inline at::Tensor widen(const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; }
+inline std::optional<at::Tensor> widen(const std::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined()) return t->to(at::kFloat);
+  return t;
+}
+// The fp32 result rounded to `like`'s dtype.
+inline at::Tensor narrow(const at::Tensor& r, const at::Tensor& like) {
+  return r.defined() ? r.to(like.scalar_type()) : r;
+}
 
 // ---- typed wrapper ---------------------------------------------------------------------
 

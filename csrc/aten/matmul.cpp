@@ -11,8 +11,13 @@
 // Numerics: fp32 products accumulated in fp32 in a fixed order (per output element, whatever
 // the thread count), so results are deterministic; they may differ from the BLAS's in the last
 // bits, as two BLAS libraries do.
+//
+// bf16 and fp16 products: exact products of the 16-bit operands, accumulated in fp32 (PSUM),
+// rounded once to the result's dtype, in fp32 kernels on hosts without fast 16-bit ones
+// (widens in kernel.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
@@ -201,11 +206,35 @@ std::optional<std::pair<const float*, int64_t>> bias_of(const Tensor& self, cons
   return std::make_pair(e.const_data_ptr<float>(), p.along(e));
 }
 
+}  // namespace
+
+bool host_has_16bit_gemm(c10::ScalarType dtype) {
+  // ATen asks oneDNN the same question before taking its 16-bit kernels.
+  auto ask = [](const char* name) {
+    auto op = c10::Dispatcher::singleton().findSchema({name, ""});
+    return op.has_value() && op->typed<bool()>().call();  // absent in builds without oneDNN
+  };
+  static const bool bf16 = ask("mkldnn::_is_mkldnn_bf16_supported");
+  static const bool fp16 = ask("mkldnn::_is_mkldnn_fp16_supported");
+  return dtype == at::kBFloat16 ? bf16 : dtype == at::kHalf ? fp16 : false;
+}
+
+namespace {
+
+// out= and in-place forms of a widened product: the functional result, rounded into `out`.
+// Computed in full before writing, so `out` may overlap the operands.
+Tensor& store(Tensor& out, const Tensor& result) {
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
 // Each op is ATen's with its CPU redispatch replaced where the path applies; NeuronKernel
 // (kernel.h) does the rest (aliases, device checks, counting, profiling) as for any op.
 struct Mm : at::_ops::mm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
     check_fp8_compute("mm", {&a, &b});
+    if (widens({&a, &b})) return narrow(redispatch(ks, widen(a), widen(b)), a);
     if (auto p = plan(a, b)) {
       Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
@@ -218,6 +247,7 @@ struct Mm : at::_ops::mm {
 struct MmOut : at::_ops::mm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
     check_fp8_compute("mm", {&a, &b});
+    if (widens({&a, &b, &out})) return store(out, Mm::redispatch(ks, widen(a), widen(b)));
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&a, &b})) {
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
       return out;
@@ -230,6 +260,7 @@ struct Addmm : at::_ops::addmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                            const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("addmm", {&a, &b});
+    if (widens({&self, &a, &b})) return narrow(redispatch(ks, widen(self), widen(a), widen(b), beta, alpha), a);
     if (auto p = plan(a, b)) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
         Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
@@ -246,6 +277,9 @@ struct AddmmOut : at::_ops::addmm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                             const at::Scalar& beta, const at::Scalar& alpha, Tensor& out) {
     check_fp8_compute("addmm", {&a, &b});
+    if (widens({&self, &a, &b, &out})) {
+      return store(out, Addmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+    }
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&self, &a, &b})) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
         p->run(out.mutable_data_ptr<float>(), p->along(out), bias->first, bias->second, alpha.to<float>(),
@@ -257,10 +291,24 @@ struct AddmmOut : at::_ops::addmm_out {
   }
 };
 
-// Batched products: ATen's kernels, behind the FP8 platform gate.
+// In-place addmm_: self must already have the product's shape (ATen's kernel says so otherwise).
+struct AddmmInplace : at::_ops::addmm_ {
+  static Tensor& redispatch(c10::DispatchKeySet ks, Tensor& self, const Tensor& a, const Tensor& b,
+                            const at::Scalar& beta, const at::Scalar& alpha) {
+    check_fp8_compute("addmm_", {&a, &b});
+    if (widens({&self, &a, &b}) && a.dim() == 2 && b.dim() == 2 && self.dim() == 2 && self.size(0) == a.size(0) &&
+        self.size(1) == b.size(1)) {
+      return store(self, Addmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+    }
+    return at::_ops::addmm_::redispatch(ks, self, a, b, beta, alpha);
+  }
+};
+
+// Batched products: ATen's kernels (widened for 16-bit floats), behind the FP8 platform gate.
 struct Bmm : at::_ops::bmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
     check_fp8_compute("bmm", {&a, &b});
+    if (widens({&a, &b})) return narrow(at::_ops::bmm::redispatch(ks, widen(a), widen(b)), a);
     return at::_ops::bmm::redispatch(ks, a, b);
   }
 };
@@ -268,6 +316,7 @@ struct Bmm : at::_ops::bmm {
 struct BmmOut : at::_ops::bmm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
     check_fp8_compute("bmm", {&a, &b});
+    if (widens({&a, &b, &out})) return store(out, at::_ops::bmm::redispatch(ks, widen(a), widen(b)));
     return at::_ops::bmm_out::redispatch(ks, a, b, out);
   }
 };
@@ -276,7 +325,22 @@ struct Baddbmm : at::_ops::baddbmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                            const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("baddbmm", {&a, &b});
+    if (widens({&self, &a, &b})) {
+      return narrow(at::_ops::baddbmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha), a);
+    }
     return at::_ops::baddbmm::redispatch(ks, self, a, b, beta, alpha);
+  }
+};
+
+struct BaddbmmInplace : at::_ops::baddbmm_ {
+  static Tensor& redispatch(c10::DispatchKeySet ks, Tensor& self, const Tensor& a, const Tensor& b,
+                            const at::Scalar& beta, const at::Scalar& alpha) {
+    check_fp8_compute("baddbmm_", {&a, &b});
+    if (widens({&self, &a, &b}) && a.dim() == 3 && b.dim() == 3 && self.dim() == 3 && self.size(0) == a.size(0) &&
+        self.size(1) == a.size(1) && self.size(2) == b.size(2)) {
+      return store(self, at::_ops::baddbmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+    }
+    return at::_ops::baddbmm_::redispatch(ks, self, a, b, beta, alpha);
   }
 };
 
@@ -290,6 +354,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bmm", TORCH_FN((NeuronKernel<Bmm, false>::run)));
   m.impl("bmm.out", TORCH_FN((NeuronKernel<BmmOut, false>::run)));
   m.impl("baddbmm", TORCH_FN((NeuronKernel<Baddbmm, false>::run)));
+  m.impl("addmm_", TORCH_FN((NeuronKernel<AddmmInplace, false>::run)));
+  m.impl("baddbmm_", TORCH_FN((NeuronKernel<BaddbmmInplace, false>::run)));
 }
 
 }  // namespace torch_neuronx

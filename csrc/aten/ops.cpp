@@ -373,6 +373,42 @@ struct ContiguousResults<Op, R(Args...)> {
   }
 };
 
+// Convolutions of bf16/fp16 tensors compute in fp32 and round once (widens, kernel.h), as the
+// PE array does; ATen's 16-bit CPU convolutions are scalar loops on hosts without AVX-512 BF16.
+struct Convolution : at::_ops::convolution {
+  static at::Tensor redispatch(c10::DispatchKeySet ks, const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                               c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+                               c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+    const at::Tensor b = bias.value_or(at::Tensor());
+    if (widens({&input, &weight, &b})) {
+      return narrow(at::_ops::convolution::redispatch(ks, widen(input), widen(weight), widen(bias), stride, padding,
+                                                      dilation, transposed, output_padding, std::move(groups)),
+                    input);
+    }
+    return at::_ops::convolution::redispatch(ks, input, weight, bias, stride, padding, dilation, transposed,
+                                             output_padding, std::move(groups));
+  }
+};
+
+struct ConvolutionBackward : at::_ops::convolution_backward {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> redispatch(
+      c10::DispatchKeySet ks, const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+      at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+      c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
+      std::array<bool, 3> output_mask) {
+    if (widens({&grad_output, &input, &weight})) {
+      auto [gi, gw, gb] = at::_ops::convolution_backward::redispatch(
+          ks, widen(grad_output), widen(input), widen(weight), bias_sizes, stride, padding, dilation, transposed,
+          output_padding, std::move(groups), output_mask);
+      return {narrow(gi, input), narrow(gw, weight), narrow(gb, grad_output)};
+    }
+    return at::_ops::convolution_backward::redispatch(ks, grad_output, input, weight, bias_sizes, stride, padding,
+                                                      dilation, transposed, output_padding, std::move(groups),
+                                                      output_mask);
+  }
+};
+
 }  // namespace
 
 #define NEURON_KERNEL(schema, op, allow_cpu) \
@@ -397,15 +433,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(neuron_set_empty));
   m.impl("record_stream", TORCH_FN(neuron_record_stream));
 
-  // mm, mm.out, addmm, addmm.out, bmm, bmm.out, baddbmm: matmul.cpp
-  NEURON_KERNEL("addmm_", addmm_, false);
-  NEURON_KERNEL("baddbmm_", baddbmm_, false);
+  // mm, mm.out, addmm, addmm.out, addmm_, bmm, bmm.out, baddbmm, baddbmm_: matmul.cpp
   NEURON_KERNEL("addmv", addmv, false);
   NEURON_KERNEL("dot", dot, false);
   // conv*d and conv_transpose*d reach these; CPU's own algorithm selection (oneDNN or
-  // the native kernels) then runs on the aliases, and results are contiguous (see above).
-  m.impl("convolution", TORCH_FN((ContiguousResults<at::_ops::convolution>::run)));
-  m.impl("convolution_backward", TORCH_FN((ContiguousResults<at::_ops::convolution_backward>::run)));
+  // the native kernels) then runs on the aliases (in fp32 for 16-bit floats), and results are
+  // contiguous (see above).
+  m.impl("convolution", TORCH_FN((ContiguousResults<Convolution>::run)));
+  m.impl("convolution_backward", TORCH_FN((ContiguousResults<ConvolutionBackward>::run)));
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu", _scaled_dot_product_flash_attention_for_cpu, false);
   NEURON_KERNEL("_scaled_dot_product_flash_attention_for_cpu_backward", _scaled_dot_product_flash_attention_for_cpu_backward, false);
   NEURON_KERNEL("add.Tensor", add_Tensor, false);
