@@ -51,8 +51,8 @@ test-cpp: sysdeps
 	ctest --test-dir build/cpp --output-on-failure
 
 # pytest exits 5 when it collects nothing; make treats that as a failure.
-test-py: build
-	$(PY) -m pytest tests -q -m "not titan"
+test-py: build titan-deps
+	$(PY) -m pytest tests -q
 
 # TorchTitan's own trainer on 4 processes (tests/test_torchtitan.py).
 test-titan: build titan-deps
