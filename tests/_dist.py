@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 DIST_DIR = Path(__file__).parent / "dist"
@@ -77,11 +78,13 @@ def torchrun(
     full_env = dict(os.environ)
     full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     full_env.update(env or {})
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
-        "--tee=3", *launcher_args, str(DIST_DIR / script), *args,
-    ]
-    rc, out = run_session(cmd, full_env, timeout, f"{script} on {nprocs} ranks")
+    # torchrun keeps its per-rank logs (a torchelastic_* directory in /tmp) unless told where
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
+            "--tee=3", f"--log-dir={log_dir}", *launcher_args, str(DIST_DIR / script), *args,
+        ]
+        rc, out = run_session(cmd, full_env, timeout, f"{script} on {nprocs} ranks")
     res = DistResult(rc, out)
     leaked = remove_leaked(before)
     assert not leaked, f"{script} left shared memory behind: {leaked}\n{out}"

@@ -154,7 +154,7 @@ class TwoHosts:
             "--nnodes", "2", "--nproc-per-node", str(NPROC_PER_HOST), "--node-rank", str(i),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{self.addr[0]}:{port}",
             "--rdzv-id", f"tnx-{self.tag}", "--rdzv-conf", "join_timeout=120",
-            "--max-restarts", "0", "--tee", "3",
+            "--max-restarts", "0", "--tee", "3", "--log-dir", str(self.tmp / f"logs{i}"),
             str(DIST_DIR / script),
         ]
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
