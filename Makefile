@@ -52,7 +52,7 @@ test-cpp: sysdeps
 
 # pytest exits 5 when it collects nothing; make treats that as a failure.
 test-py: build titan-deps
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=40
 
 # TorchTitan's own trainer on 4 processes (tests/test_torchtitan.py).
 test-titan: build titan-deps

@@ -93,6 +93,29 @@ def torchrun(
     return res
 
 
+def accelerate_launch(script: str, nprocs: int = 2, launch_args: tuple[str, ...] | list[str] = (),
+                      script_args: tuple[str, ...] | list[str] = (), env: dict | None = None,
+                      timeout: float = 300) -> str:
+    """``accelerate launch --num_processes N <launch_args> tests/dist/<script> <script_args>`` with
+    OMP_NUM_THREADS=1, a free port, an empty HF_HOME (no user accelerate config) and no Hub.
+    Returns the output; fails on a non-zero exit, a timeout or shared memory left behind."""
+    with tempfile.TemporaryDirectory(prefix="accelerate-launch-") as tmp:
+        full_env = dict(os.environ)
+        full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HOME": tmp, "HF_HUB_OFFLINE": "1",
+                         "HF_HUB_DISABLE_TELEMETRY": "1", "ACCELERATE_DISABLE_RICH": "1"})
+        full_env.update(env or {})
+        # --log_dir goes to torchrun, which otherwise leaves a torchelastic_* directory in /tmp
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nprocs),
+               "--main_process_port", "0", "--log_dir", os.path.join(tmp, "logs"), *launch_args,
+               str(DIST_DIR / script), *script_args]
+        before = shm_entries()
+        rc, out = run_session(cmd, full_env, timeout, f"accelerate launch {script}")
+    leaked = remove_leaked(before)
+    assert not leaked, f"accelerate launch {script} left shared memory behind: {leaked}\n{out}"
+    assert rc == 0, f"accelerate launch {script} exited with {rc}\n{out}"
+    return out
+
+
 def free_port() -> int:
     import socket
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from _dist import DIST_DIR, remove_leaked, run_session, shm_entries, torchrun
+from _dist import accelerate_launch, torchrun
 from _tiny_llama import NEURON
 from _tiny_qwen3 import conversation_dataset, make_tokenizer, preference_dataset, text_dataset, tiny_qwen3
 
@@ -368,23 +366,6 @@ def test_sft_tp2_fsdp2_four_processes_match_one_process(tmp_path):
 # ---- SFT with LoRA under accelerate's FSDP2 plugin, two processes ---------------------------------
 
 
-def accelerate_launch(script: str, nprocs: int, launch_args: list[str], script_args: list[str], hf_home: Path,
-                      timeout: float = 240) -> str:
-    """``accelerate launch --num_processes N <launch_args> tests/dist/<script> <script_args>`` with
-    OMP_NUM_THREADS=1, a free port, an empty HF_HOME (no user accelerate config), no Hub; fails on a
-    non-zero exit, a timeout or shared memory left behind."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", ACCELERATE_DISABLE_RICH="1")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nprocs),
-           "--main_process_port", "0", *launch_args, str(DIST_DIR / script), *script_args]
-    before = shm_entries()
-    rc, out = run_session(cmd, env, timeout, f"accelerate launch {script}")
-    leaked = remove_leaked(before)
-    assert not leaked, f"{script} left shared memory behind: {leaked}\n{out}"
-    assert rc == 0, f"accelerate launch {script} exited with {rc}\n{out}"
-    return out
-
-
 def test_sft_lora_fsdp2_accelerate_two_processes_match_one_process(tmp_path):
     """TRL's own FSDP2 accelerate config (``trl/accelerate_configs/fsdp2.yaml``) with a LoRA adapter
     on 2 neuron processes (tests/dist/trl_fsdp_lora.py) against one CPU process on the same global
@@ -401,10 +382,9 @@ def test_sft_lora_fsdp2_accelerate_two_processes_match_one_process(tmp_path):
     tok.save_pretrained(model_dir)
     out_json = tmp_path / "run" / "result.json"
     out_json.parent.mkdir()
-    (tmp_path / "hf_home").mkdir()
     out = accelerate_launch("trl_fsdp_lora.py", 2, ["--config_file", str(config_file), "--mixed_precision", "no"],
                             [str(model_dir), str(out_json), "--steps", "4", "--batch", "4", "--lr", "2e-2"],
-                            tmp_path / "hf_home")
+                            timeout=240)
     for r in range(2):
         assert f"rank {r}: ok" in out, out
     result = json.loads(out_json.read_text())
