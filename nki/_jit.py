@@ -101,6 +101,7 @@ class _Compiled:
     outputs: list            # (shape, dtype) per output slot
     structure: object        # how the kernel returned its outputs: None, "single", or a tuple length
     num_inputs: int
+    constants: list          # per program: the nl.shared_constant arrays bound after the outputs
 
 
 class Kernel:
@@ -148,7 +149,7 @@ class Kernel:
 
     def _trace(self, args, kwargs, grid, target) -> _Compiled:
         instances = [()] if not grid else list(_grid_points(grid))
-        programs, outputs, structure = [], None, None
+        programs, outputs, structure, constants = [], None, None, []
         for pid in instances:
             trace = Trace(target, pid, grid)
             prev = set_current(trace)
@@ -202,8 +203,11 @@ class Kernel:
             elif inst_outputs != outputs:
                 raise NkiValidationError("SPMD programs of one launch return different outputs "
                                          f"({outputs} vs {inst_outputs})", "kernel-output")
+            for c, (tid, _) in enumerate(trace.constants):
+                trace.builder.set_external(tid, n_in + len(outs) + c)
+            constants.append([data for _, data in trace.constants])
             programs.append(trace.builder.build(NkiValidationError))
-        return _Compiled(programs, outputs, structure, n_in)
+        return _Compiled(programs, outputs, structure, n_in, constants)
 
 
 def _grid_points(grid):
@@ -292,8 +296,10 @@ def _run(compiled: _Compiled, tensors: list):
             o = np.empty(shape, dtype=_numpy_dtype(dtype))
             outs.append(o)
             addresses.append(o.ctypes.data)
-    for p in compiled.programs:
-        p.run(addresses)
+    for p, consts in zip(compiled.programs, compiled.constants):
+        # A fresh copy of each constant per run: a kernel that writes one does not change the next run.
+        fresh = [c.copy() for c in consts]
+        p.run(addresses + [c.ctypes.data for c in fresh])
     for orig, c in writeback:
         orig[...] = c
     return _structured(compiled, outs)
@@ -318,6 +324,8 @@ def _torch_dtype(dtype: str):
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
             "tfloat32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+            # torch's only e4m3 type; the two encodings agree on every value up to 240
+            "float8_e4m3": torch.float8_e4m3fn,
             "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16,
             "int32": torch.int32, "uint32": torch.uint32, "bool_": torch.bool}[dtype]
 

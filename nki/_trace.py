@@ -67,7 +67,7 @@ def itemsize(dtype: str) -> int:
 def source_location() -> tuple[str, int]:
     """The innermost frame outside the nki package: the kernel line being traced."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PKG_DIR:
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PKG_DIR + os.sep):
         f = f.f_back
     if f is None:
         return "", 0
@@ -85,6 +85,7 @@ class Trace:
         self.grid = grid
         self.n_tensors = 0
         self.decl_loc: dict[int, tuple[str, int]] = {}  # tensor id -> where the kernel declared it
+        self.constants: list = []  # (tensor id, numpy array) of nl.shared_constant, bound after the outputs
 
     def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
         file, line = source_location()
@@ -94,7 +95,7 @@ class Trace:
 
     def emit(self, op: int, args: Sequence, ints=(), floats=()) -> None:
         file, line = source_location()
-        accesses = [a._access() if a is not None else (-1, 0, []) for a in args]
+        accesses = [a._access() if a is not None else (-1, 0, [], -1, 0, 0, 0, False) for a in args]
         self.builder.instr(op, accesses, [int(i) for i in ints], [float(f) for f in floats], file, line)
 
 
@@ -145,10 +146,10 @@ class NkiTensor(NKIObject):
     """A tensor in HBM, SBUF or PSUM, or a view of one. Dimension 0 of an on-chip tensor is
     its partition dimension."""
 
-    __slots__ = ("_tid", "_base_shape", "shape", "strides", "offset", "dtype", "buffer", "name")
+    __slots__ = ("_tid", "_base_shape", "shape", "strides", "offset", "dtype", "buffer", "name", "_index")
 
     def __init__(self, tid: int, base_shape, shape, strides, offset: int, dtype: str, buffer: MemoryRegion,
-                 name: str = ""):
+                 name: str = "", index=None):
         self._tid = tid
         self._base_shape = tuple(base_shape)
         self.shape = tuple(int(s) for s in shape)
@@ -157,6 +158,8 @@ class NkiTensor(NKIObject):
         self.dtype = dtype
         self.buffer = buffer
         self.name = name
+        # A run-time offset: (SBUF index tensor, elements per index unit, one index per row of dim 0)
+        self._index = index
 
     @classmethod
     def declare(cls, shape, dtype, buffer: MemoryRegion, name: str = "", external: int = -1) -> "NkiTensor":
@@ -189,10 +192,56 @@ class NkiTensor(NKIObject):
         return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r}, name={self.name!r})"
 
     def _access(self):
-        return (self._tid, self.offset, [(st, sz) for st, sz in zip(self.strides, self.shape)])
+        dims = [(st, sz) for st, sz in zip(self.strides, self.shape)]
+        if self._index is None:
+            return (self._tid, self.offset, dims, -1, 0, 0, 0, False)
+        index, stride, vector = self._index
+        return (self._tid, self.offset, dims, index._tid, index.offset, index.strides[0] if vector else 0, stride,
+                vector)
 
     def _view(self, shape, strides, offset) -> "NkiTensor":
-        return NkiTensor(self._tid, self._base_shape, shape, strides, offset, self.dtype, self.buffer, self.name)
+        if self._index is not None and self._index[2] and (not shape or shape[0] != self.shape[0]):
+            raise ValueError("the first dimension of a vector_offset / vector_select view is indexed at run time: "
+                             "it cannot be sliced, selected or reshaped")
+        return NkiTensor(self._tid, self._base_shape, shape, strides, offset, self.dtype, self.buffer, self.name,
+                         self._index)
+
+    def is_indirect(self) -> bool:
+        """Whether this view carries a run-time (SBUF) index."""
+        return self._index is not None
+
+    def _indexed(self, index, stride: int, vector: bool, what: str) -> "NkiTensor":
+        if self._index is not None:
+            raise ValueError(f"{what}: this view already has a run-time index; only one is allowed per view")
+        if not isinstance(index, NkiTensor):
+            raise NotImplementedError(f"{what}: the run-time index must be an SBUF tensor (virtual registers are "
+                                      "not supported by this simulator)")
+        if index.buffer is not MemoryRegion.sbuf:
+            raise ValueError(f"{what}: the run-time index is in {index.buffer!r}; it must be an SBUF tensor")
+        if index.dtype not in ("int32", "uint32", "int16", "uint16", "int8", "uint8"):
+            raise TypeError(f"{what}: the run-time index is {index.dtype}; use an int32 / uint32 tensor")
+        if vector:
+            if index.ndim < 1 or index.size != index.shape[0]:
+                raise ValueError(f"{what}: vector offsets are an (n, 1) SBUF tensor, one per partition, got "
+                                 f"shape {index.shape}")
+        elif index.size != 1:
+            raise ValueError(f"{what}: a scalar offset is a (1, 1) SBUF tensor, got shape {index.shape}")
+        t = self._view(self.shape, self.strides, self.offset)
+        t._index = (index, int(stride), vector)
+        return t
+
+    def vector_select(self, dim: int, offsets) -> "NkiTensor":
+        """Row ``offsets[p]`` of dim 0 for each partition ``p``: a gather (or, as a DMA destination, a
+        scatter) through an (n, 1) SBUF tensor of indices read at run time. The view has shape
+        ``(n,) + shape[1:]``."""
+        if dim != 0:
+            raise ValueError(f"vector_select: only dim 0 can be indexed per partition, got dim {dim}")
+        if self.on_chip:
+            raise ValueError("vector_select: the indexed tensor must be in HBM")
+        n = offsets.shape[0] if isinstance(offsets, NkiTensor) else 0
+        base = NkiTensor(self._tid, self._base_shape, (n,) + self.shape[1:], self.strides, self.offset, self.dtype,
+                         self.buffer, self.name)
+        return base._indexed(offsets, self.strides[0], True, "vector_select")
 
     def get_pattern(self):
         return [[st, sz] for st, sz in zip(self.strides, self.shape)]
@@ -286,7 +335,16 @@ class NkiTensor(NKIObject):
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
-    def select(self, dim: int, index: int) -> "NkiTensor":
+    def select(self, dim: int, index) -> "NkiTensor":
+        if isinstance(index, NkiTensor):  # a run-time index, read from SBUF when the instruction runs
+            if self.on_chip and dim == 0:
+                raise ValueError("select: a run-time index cannot select along the partition dimension (dim 0) "
+                                 "of an on-chip tensor")
+            if not 0 <= dim < self.ndim:
+                raise IndexError(f"select: dim {dim} out of range for shape {self.shape}")
+            shape = self.shape[:dim] + self.shape[dim + 1:]
+            strides = self.strides[:dim] + self.strides[dim + 1:]
+            return self._view(shape, strides, self.offset)._indexed(index, self.strides[dim], False, "select")
         dim = self._check_free(dim, "select")
         if not 0 <= index < self.shape[dim]:
             raise IndexError(f"select: index {index} out of range for dimension {dim} of shape {self.shape}")
@@ -387,9 +445,8 @@ class NkiTensor(NKIObject):
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A raw access pattern over the storage: ``[[stride, count], ...]`` (outermost first)."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise NotImplementedError("ap(): dynamic offsets (scalar_offset / vector_offset) are not supported by "
-                                      "this simulator yet")
+        if scalar_offset is not None and vector_offset is not None:
+            raise ValueError("ap(): give at most one of scalar_offset and vector_offset")
         if dtype is not None and normalize_dtype(dtype) != self.dtype:
             raise NotImplementedError("ap(dtype=...): reinterpreting the storage's dtype is not supported yet")
         pattern = [[int(st), int(n)] for st, n in pattern]
@@ -401,7 +458,25 @@ class NkiTensor(NKIObject):
                 raise ValueError(f"ap(): the first (partition) pair's stride must be the storage's elements per "
                                  f"partition ({per_partition}), got {pattern[0][0]}")
         off = self.offset if offset is None else int(offset)
-        return self._view([n for _, n in pattern], [st for st, _ in pattern], off)
+        view = NkiTensor(self._tid, self._base_shape, [n for _, n in pattern], [st for st, _ in pattern], off,
+                         self.dtype, self.buffer, self.name)
+        if scalar_offset is None and vector_offset is None:
+            return view
+        indirect_dim = int(indirect_dim)
+        if not 0 <= indirect_dim < self.ndim:
+            raise IndexError(f"ap(): indirect_dim {indirect_dim} out of range for a tensor of shape {self.shape}")
+        # An index counts elements of indirect_dim of the tensor .ap() is called on, not of the pattern.
+        stride = self.strides[indirect_dim]
+        if vector_offset is not None:
+            if indirect_dim != 0:
+                raise ValueError("ap(): vector_offset supports indirect_dim=0 only")
+            if self.on_chip:
+                raise ValueError("ap(): vector_offset indexes an HBM tensor")
+            if isinstance(vector_offset, NkiTensor) and vector_offset.shape[0] != pattern[0][1]:
+                raise ValueError(f"ap(): vector_offset has {vector_offset.shape[0]} offsets but the pattern's first "
+                                 f"dimension has {pattern[0][1]} elements")
+            return view._indexed(vector_offset, stride, True, "ap(vector_offset=)")
+        return view._indexed(scalar_offset, stride, False, "ap(scalar_offset=)")
 
     def view(self, dtype) -> "NkiTensor":
         dtype = normalize_dtype(dtype)

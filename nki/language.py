@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 
 from . import _ops
 from . import isa as nisa
@@ -128,6 +129,31 @@ def shared_identity_matrix(n, dtype="uint8", dst=None) -> NkiTensor:
     nisa.iota(dst=diff, pattern=[[-1, n]], offset=0, channel_multiplier=1)  # p - j
     nisa.tensor_scalar(dst=out, data=diff, op0=equal, operand0=0.0)
     return out
+
+
+def shared_constant(constant) -> NkiTensor:
+    """A shared-HBM tensor holding ``constant`` (a numpy array, or the path of a ``.npy`` file),
+    as the compiler embeds it in the kernel. Each run starts from the constant's values."""
+    import numpy as np
+
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(os.fspath(constant), allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"shared_constant: cannot load {os.fspath(constant)!r} as a .npy array: {e}") from None
+    if not isinstance(constant, np.ndarray):
+        raise TypeError(f"shared_constant takes a numpy array or a .npy path, got {type(constant).__name__}")
+    from ._jit import _NUMPY_DTYPES
+
+    if constant.dtype.name not in _NUMPY_DTYPES:
+        raise TypeError(f"shared_constant: numpy dtype {constant.dtype.name} has no NKI type; NKI has no 64-bit "
+                        "types: convert to float32/int32 first")
+    data = np.ascontiguousarray(constant).copy()
+    data.setflags(write=False)
+    tr = current()
+    t = NkiTensor.declare(data.shape, _NUMPY_DTYPES[data.dtype.name], shared_hbm, "shared_constant")
+    tr.constants.append((t._tid, data))
+    return t
 
 
 # ---- SPMD ------------------------------------------------------------------------------------

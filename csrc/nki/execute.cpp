@@ -662,6 +662,79 @@ struct Program::State {
     }
   }
 
+  // Run-time offsets (DynamicIndex): the offsets are read when the instruction runs, which then
+  // runs with static ones; a vector index, one row per value. An offset that puts the access
+  // outside its tensor raises, or (dma_copy's oob_mode.skip) skips the instruction / row.
+  int64_t index_value(const DynamicIndex& ix, int64_t i) {
+    const DType d = p.k_.tensors[ix.tensor].dtype;
+    int64_t v = 0;
+    decode_int_run(d, base(ix.tensor) + (ix.offset + i * ix.step) * dtype_size(d), 1, 1, &v);
+    return v;
+  }
+  bool in_bounds(const Access& a) const {
+    int64_t lo = a.offset, hi = a.offset;
+    for (const Dim& d : a.dims) ((d.stride < 0) ? lo : hi) += (d.size - 1) * d.stride;
+    return lo >= 0 && hi < p.k_.tensors[a.tensor].elements();
+  }
+  [[noreturn]] void out_of_bounds(const Instr& in, const Access& a, int64_t value) const {
+    const TensorDecl& t = p.k_.tensors[a.tensor];
+    throw std::out_of_range(in.loc.file + ":" + std::to_string(in.loc.line) + ": " + op_name(in.op) +
+                            ": the run-time offset " + std::to_string(value) + " puts the access to '" + t.name +
+                            "' outside the tensor (" + std::to_string(t.elements()) + " elements)" +
+                            (in.op == Op::kDmaCopy ? "; nisa.dma_copy(..., oob_mode=nisa.oob_mode.skip) skips such "
+                                                     "accesses"
+                                                   : ""));
+  }
+  void exec_dynamic(const Instr& in) {
+    const bool skip = in.op == Op::kDmaCopy && !in.ints.empty() && in.ints[0] == 1;
+    Instr r = in;
+    int vec = -1;
+    for (size_t i = 0; i < r.args.size(); ++i) {
+      Access& a = r.args[i];
+      if (!a.present() || !a.index.present()) continue;
+      if (a.index.vector) {
+        vec = static_cast<int>(i);
+        continue;
+      }
+      const int64_t v = index_value(a.index, 0);
+      a.offset += v * a.index.stride;
+      a.index = {};
+      if (!in_bounds(a)) {
+        if (skip) return;
+        out_of_bounds(in, a, v);
+      }
+    }
+    if (vec < 0) return exec(r);
+    const int64_t n = r.args[vec].dims[0].size;  // the verifier made every operand's dims[0] n long
+    for (int64_t w = 0; w < n; ++w) {
+      Instr row = r;
+      int64_t v = 0;
+      for (size_t i = 0; i < row.args.size(); ++i) {
+        Access& a = row.args[i];
+        if (!a.present()) continue;
+        if (static_cast<int>(i) == vec) {
+          v = index_value(a.index, w);
+          a.offset += v * a.index.stride;
+          a.index = {};
+        } else {
+          a.offset += w * a.dims[0].stride;
+        }
+        a.dims[0].size = 1;
+      }
+      if (!in_bounds(row.args[vec])) {
+        if (skip) continue;
+        out_of_bounds(in, row.args[vec], v);
+      }
+      exec(row);
+    }
+  }
+  void run(const Instr& in) {
+    for (const Access& a : in.args) {
+      if (a.present() && a.index.present()) return exec_dynamic(in);
+    }
+    exec(in);
+  }
+
   void exec(const Instr& in) {
     const auto& a = in.args;
     // Whatever an instruction may write gets a new version (matmul writes only PSUM), so a
@@ -1271,7 +1344,7 @@ void Program::run(const std::vector<void*>& external) {
       for (int64_t i = 0; i < n; i += 4096) std::memcpy(dst + i * es, pattern.data(), std::min<int64_t>(4096, n - i) * es);
       if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
     }
-    s.exec(k_.instrs[i]);
+    s.run(k_.instrs[i]);
   }
 }
 

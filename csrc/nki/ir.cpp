@@ -81,8 +81,11 @@ LiveRanges live_ranges(const Kernel& k) {
   for (size_t i = 0; i < k.instrs.size(); ++i) {
     for (const Access& a : k.instrs[i].args) {
       if (!a.present()) continue;
-      if (r.first[a.tensor] < 0) r.first[a.tensor] = static_cast<int>(i);
-      r.last[a.tensor] = static_cast<int>(i);
+      for (int t : {a.tensor, a.index.tensor}) {  // a run-time index is read by the instruction too
+        if (t < 0) continue;
+        if (r.first[t] < 0) r.first[t] = static_cast<int>(i);
+        r.last[t] = static_cast<int>(i);
+      }
     }
   }
   return r;

@@ -55,10 +55,25 @@ struct Dim {
   int64_t size;
 };
 
+// A run-time offset (ap()'s scalar_offset / vector_offset, select / vector_select with an SBUF
+// index): integers read from an SBUF tensor when the instruction runs, each times `stride`
+// elements, are added to the access's offset. A scalar index is one value; a vector index holds
+// one value per element of the access's dims[0], whose static stride it replaces.
+struct DynamicIndex {
+  int32_t tensor = -1;  // -1: the offset is static
+  int64_t offset = 0;   // of the (first) value in that tensor
+  int64_t step = 0;     // between consecutive values of a vector index
+  int64_t stride = 0;   // elements of the accessed tensor per index unit
+  bool vector = false;
+
+  bool present() const { return tensor >= 0; }
+};
+
 struct Access {
   int32_t tensor = -1;  // -1: operand absent
   int64_t offset = 0;
   std::vector<Dim> dims;
+  DynamicIndex index;
 
   bool present() const { return tensor >= 0; }
   int64_t elements() const;
@@ -66,10 +81,10 @@ struct Access {
   int64_t free_elements() const;  // elements per partition
 };
 
-// Operations. Operand order and attribute layout of each are documented in nki/isa.py, the
+// Operations. Operand order and attribute layout of each are documented in nki/isa/__init__.py, the
 // one place that emits them; verify.cpp and execute.cpp read them.
 enum class Op : uint8_t {
-  kDmaCopy,           // [dst, src]
+  kDmaCopy,           // [dst, src]                         ints: oob_mode (0 error, 1 skip)
   kTensorCopy,        // [dst, src]                         ints: engine
   kMemset,            // [dst]                              floats: value
   kIota,              // [dst]                              ints: offset, channel_multiplier, (step, num)...
@@ -114,7 +129,7 @@ enum class Op : uint8_t {
 constexpr int kNumOps = static_cast<int>(Op::kLocalGather) + 1;
 const char* op_name(Op op);
 
-// ALU operators (nki.isa's `op` arguments), numbered as nki/isa.py numbers them.
+// ALU operators (nki.isa's `op` arguments), numbered as nki/isa/__init__.py numbers them.
 enum class Alu : int8_t {
   kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kPower, kAbsMax, kAbsMin,
   kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual,

@@ -80,7 +80,56 @@ class Verifier {
     }
   }
 
+  // A run-time index: integers in SBUF; a vector index only on a DMA's HBM side, one value per
+  // element of dims[0]. The access itself is checked as if every index were 0; the executor
+  // checks the offsets it reads.
+  void check_index(const Access& a) {
+    const DynamicIndex& ix = a.index;
+    if (ix.tensor < 0 || ix.tensor >= static_cast<int32_t>(k_.tensors.size())) {
+      fail("dynamic-offset", "an access to " + describe(a) + " names an unknown index tensor");
+    }
+    const TensorDecl& it = k_.tensors[ix.tensor];
+    const std::string what = "the run-time offset of an access to " + describe(a);
+    if (it.buffer != Buffer::kSbuf) {
+      fail("dynamic-offset", what + " is read from " + buffer_name(it.buffer) + "; offsets are read from SBUF "
+                             "(copy them there with nisa.dma_copy)");
+    }
+    if (is_float(it.dtype)) {
+      fail("dynamic-offset", what + " is read from a " + dtype_name(it.dtype) + " tensor; offsets are integers "
+                             "(int32 / uint32)");
+    }
+    const int64_t n = ix.vector ? (a.dims.empty() ? 1 : a.dims[0].size) : 1;
+    const int64_t last = ix.offset + (n - 1) * ix.step;
+    if (ix.offset < 0 || last >= it.elements()) {
+      fail("out-of-bounds", what + " reads " + std::to_string(n) + " value(s) past the end of its index tensor");
+    }
+    if (ix.vector) {
+      if (cur_->op != Op::kDmaCopy) {
+        fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy");
+      }
+      if (on_chip(decl(a).buffer)) {
+        fail("dynamic-offset", what + ": a vector offset indexes an HBM tensor (gather from or scatter into HBM)");
+      }
+      for (const Access& o : cur_->args) {
+        if (o.present() && &o != &a && (o.dims.empty() ? 1 : o.dims[0].size) != n) {
+          fail("dynamic-offset", what + " has " + std::to_string(n) + " offsets; the other operand " + describe(o) +
+                                 " must have " + std::to_string(n) + " elements in its first dimension too "
+                                 "(one row per offset)");
+        }
+      }
+    }
+  }
+
   void check_access(const Access& a, size_t index) {
+    if (a.index.present()) {
+      check_index(a);
+      if (a.index.vector && !a.dims.empty()) {  // dims[0]'s stride is replaced: check one row
+        Access row = a;
+        row.dims[0].size = 1;
+        row.index = {};
+        return check_access(row, index);
+      }
+    }
     const TensorDecl& t = decl(a);
     int64_t lo = a.offset, hi = a.offset;
     for (const Dim& d : a.dims) {

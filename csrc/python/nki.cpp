@@ -21,7 +21,9 @@ using neuron::nki::Access;
 using neuron::nki::Kernel;
 using neuron::nki::Program;
 
-using PyAccess = std::tuple<int32_t, int64_t, std::vector<std::pair<int64_t, int64_t>>>;
+// (tensor, offset, [(stride, size)...], index tensor, index offset, index step, index stride, vector index)
+using PyAccess = std::tuple<int32_t, int64_t, std::vector<std::pair<int64_t, int64_t>>, int32_t, int64_t, int64_t,
+                            int64_t, bool>;
 
 struct KernelBuilder {
   Kernel k;
@@ -60,8 +62,8 @@ void register_nki(py::module_& parent) {
              neuron::nki::Instr in{static_cast<neuron::nki::Op>(op), {}, std::move(ints), std::move(floats),
                                    {std::move(file), line}};
              in.args.reserve(args.size());
-             for (const auto& [t, off, dims] : args) {
-               Access a{t, off, {}};
+             for (const auto& [t, off, dims, it, ioff, istep, istride, ivec] : args) {
+               Access a{t, off, {}, {it, ioff, istep, istride, ivec}};
                a.dims.reserve(dims.size());
                for (const auto& [stride, size] : dims) a.dims.push_back({stride, size});
                in.args.push_back(std::move(a));

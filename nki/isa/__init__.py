@@ -8,10 +8,10 @@ verifier on the whole traced program, with the calling line in the error.
 
 from __future__ import annotations
 
-import enum
-
-from . import _ops
-from ._trace import MemoryRegion, NkiTensor, NkiValidationError, current
+from .. import _ops
+from .._trace import MemoryRegion, NkiTensor, NkiValidationError, current
+from . import constants
+from .constants import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 
 __all__ = [
     "NkiValidationError", "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
@@ -21,6 +21,7 @@ __all__ = [
     "scalar_tensor_tensor", "select", "tensor_copy_predicated", "select_reduce", "range_select",
     "tensor_scalar_reduce", "tensor_scalar_cumulative", "exponential", "activate2", "nc_match_replace8",
     "nc_stream_shuffle", "dma_transpose", "nc_n_gather", "local_gather", "get_nc_sub_version", "dma_engine",
+    "constants", "sendrecv", "core_barrier",
 ]
 
 # Op codes: csrc/nki/ir.h, enum class Op.
@@ -31,54 +32,8 @@ __all__ = [
  _LOCAL_GATHER) = range(32)
 
 
-class engine(enum.IntEnum):
-    unknown = 0
-    tensor = 1
-    scalar = 2
-    gpsimd = 3
-    dma = 4
-    vector = 5
-    sync = 6
-
-
 unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine = (
     engine.unknown, engine.tensor, engine.scalar, engine.gpsimd, engine.vector)
-
-
-class reduce_cmd(enum.IntEnum):
-    idle = 0
-    reset = 1
-    reduce = 2
-    reset_reduce = 3
-    load_reduce = 4
-
-
-class dge_mode(enum.IntEnum):
-    unknown = 0
-    swdge = 1
-    hwdge = 2
-    none = 3
-
-
-class oob_mode(enum.IntEnum):
-    error = 0
-    skip = 1
-
-
-class matmul_perf_mode(enum.IntEnum):
-    none = 0
-    double_row = 1
-
-
-class dma_engine(enum.IntEnum):
-    dma = 1
-    gpsimd_dma = 2
-
-
-class nc_version(enum.IntEnum):
-    gen2 = 2
-    gen3 = 3
-    gen4 = 4
 
 
 def get_nc_version() -> nc_version:
@@ -129,8 +84,11 @@ def _no_gpsimd_psum(what: str, eng, *tensors) -> None:
 
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
              name=None):
-    """``dst = src`` by DMA (HBM/SBUF, never PSUM); different dtypes convert through fp32."""
-    current().emit(_DMA_COPY, [_t(dst, "dst"), _t(src, "src")])
+    """``dst = src`` by DMA (HBM/SBUF, never PSUM); different dtypes convert through fp32. With a
+    run-time offset (``ap(scalar_offset=/vector_offset=)``, ``select``, ``vector_select``) an access
+    outside the tensor raises, or with ``oob_mode=oob_mode.skip`` is skipped (that row, for a vector
+    offset)."""
+    current().emit(_DMA_COPY, [_t(dst, "dst"), _t(src, "src")], [int(oob_mode)])
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None):
@@ -257,7 +215,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0, name=None):
     """``dst = on_true_tile where cmp_op(affine value, 0) else on_false_value`` (the affine value as in iota)."""
-    from . import language as nl
+    from .. import language as nl
 
     cmp_op = nl.equal if cmp_op is None else cmp_op
     current().emit(_AFFINE_SELECT, [_t(dst, "dst"), _t(on_true_tile, "on_true_tile")],
@@ -429,6 +387,22 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
                    [int(num_elem_per_idx), valid])
 
 
+def _between_cores(what: str):
+    raise NotImplementedError(
+        f"{what}: the programs of an SPMD launch (kernel[2]) run one after another in this simulator, so "
+        "NeuronCores cannot exchange data or wait for each other yet; split the kernel at the exchange")
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
+    """Exchange SBUF tiles between the two NeuronCores of a logical core: not supported yet."""
+    _between_cores("sendrecv")
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    """Wait until every core in ``cores`` reaches this point: not supported yet."""
+    _between_cores("core_barrier")
+
+
 def _max_only(what, reduce_op):
     if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.MAXIMUM:
         raise NkiValidationError(f"{what}: reduce_op must be nl.maximum", "alu-op", *_here())
@@ -438,6 +412,6 @@ _reduce_cmd_t, _dge_mode_t = reduce_cmd, dge_mode
 
 
 def _here():
-    from ._trace import source_location
+    from .._trace import source_location
 
     return source_location()
