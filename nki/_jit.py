@@ -18,8 +18,8 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ._trace import (MemoryRegion, NKIObject, NkiTensor, NkiValidationError, Trace, normalize_dtype, set_current,
-                     tensors_in)
+from ._trace import (MemoryRegion, NKIObject, NkiTensor, NkiValidationError, Trace, _core, normalize_dtype,
+                     set_current, tensors_in, tracing)
 
 _NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "int16": "int16",
                  "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "bool_", "bfloat16": "bfloat16",
@@ -102,6 +102,8 @@ class _Compiled:
     structure: object        # how the kernel returned its outputs: None, "single", or a tuple length
     num_inputs: int
     constants: list          # per program: the nl.shared_constant arrays bound after the outputs
+    scratch: list            # per program: bytes of each shared-HBM tensor it allocates, bound after those
+    share_scratch: bool      # the programs allocate the same shared-HBM tensors: one copy serves them all
 
 
 class Kernel:
@@ -149,7 +151,7 @@ class Kernel:
 
     def _trace(self, args, kwargs, grid, target) -> _Compiled:
         instances = [()] if not grid else list(_grid_points(grid))
-        programs, outputs, structure, constants = [], None, None, []
+        programs, outputs, structure, constants, scratch = [], None, None, [], []
         for pid in instances:
             trace = Trace(target, pid, grid)
             prev = set_current(trace)
@@ -206,8 +208,17 @@ class Kernel:
             for c, (tid, _) in enumerate(trace.constants):
                 trace.builder.set_external(tid, n_in + len(outs) + c)
             constants.append([data for _, data in trace.constants])
+            # Shared HBM is one memory for the programs of a launch (the cores of a logical
+            # NeuronCore): each shared-HBM tensor a program allocates is bound at run time.
+            taken = {o._tid for o in outs} | {tid for tid, _ in trace.constants}
+            own = [(tid, n) for tid, n in trace.shared if tid not in taken]
+            for k, (tid, _) in enumerate(own):
+                trace.builder.set_external(tid, n_in + len(outs) + len(trace.constants) + k)
+            scratch.append([n for _, n in own])
             programs.append(trace.builder.build(NkiValidationError))
-        return _Compiled(programs, outputs, structure, n_in, constants)
+        # Programs that allocate the same shared tensors (the usual SPMD kernel) share them.
+        share = all(s == scratch[0] for s in scratch)
+        return _Compiled(programs, outputs, structure, n_in, constants, scratch, share)
 
 
 def _grid_points(grid):
@@ -230,6 +241,8 @@ class _Launch:
         self.kernel, self.grid = kernel, grid
 
     def __call__(self, *args, **kwargs):
+        if tracing():  # a kernel called from a kernel being traced is part of it (inlined)
+            return self.kernel.func(*args, **kwargs)
         target = _target_from_env()
         compiled, tensors = self.kernel._compiled(args, kwargs, self.grid, target)
         return _run(compiled, tensors)
@@ -296,10 +309,17 @@ def _run(compiled: _Compiled, tensors: list):
             o = np.empty(shape, dtype=_numpy_dtype(dtype))
             outs.append(o)
             addresses.append(o.ctypes.data)
-    for p, consts in zip(compiled.programs, compiled.constants):
-        # A fresh copy of each constant per run: a kernel that writes one does not change the next run.
-        fresh = [c.copy() for c in consts]
-        p.run(addresses + [c.ctypes.data for c in fresh])
+    import numpy as np
+
+    # Per run: a fresh copy of each constant (a kernel that writes one does not change the next
+    # run) and fresh shared-HBM scratch, one set for the launch when its programs share it.
+    fresh, per_program = [], []
+    shared = [np.zeros(n, np.uint8) for n in compiled.scratch[0]] if compiled.share_scratch else None
+    for consts, sizes in zip(compiled.constants, compiled.scratch):
+        mine = [c.copy() for c in consts] + (shared if shared is not None else [np.zeros(n, np.uint8) for n in sizes])
+        fresh.append(mine)
+        per_program.append(addresses + [m.ctypes.data for m in mine])
+    _core.run_launch(compiled.programs, per_program)
     for orig, c in writeback:
         orig[...] = c
     return _structured(compiled, outs)

@@ -8,6 +8,7 @@ kernel source line that issued them, which is what the verifier's errors point a
 from __future__ import annotations
 
 import enum
+import math
 import os
 import sys
 import threading
@@ -43,6 +44,8 @@ ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
 DTYPES = ("float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
           "int8", "uint8", "int16", "uint16", "int32", "uint32", "bool_")
 DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
+# Named by nki.language (kernels refer to them at import) but not simulated yet.
+MX_DTYPES = ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu")
 DTYPE_SIZE = {"float32": 4, "tfloat32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
               "uint16": 2}
 _ALIASES = {"bool": "bool_", "float8_e4m3fnuz": None, "half": "float16", "float": "float32"}
@@ -57,6 +60,9 @@ def normalize_dtype(dtype) -> str:
     name = _ALIASES.get(name, name)
     if name in DTYPE_CODE:
         return name
+    if name in MX_DTYPES:
+        raise NotImplementedError(f"{name}: the packed MX dtypes (and nc_matmul_mx / quantize_mx that use them) are "
+                                  "not supported by this simulator yet")
     raise TypeError(f"{dtype!r} is not an NKI dtype; NKI has {', '.join(DTYPES)} (no 64-bit types)")
 
 
@@ -86,11 +92,14 @@ class Trace:
         self.n_tensors = 0
         self.decl_loc: dict[int, tuple[str, int]] = {}  # tensor id -> where the kernel declared it
         self.constants: list = []  # (tensor id, numpy array) of nl.shared_constant, bound after the outputs
+        self.shared: list = []  # (tensor id, bytes) of shared-HBM tensors the kernel allocates
 
     def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
         file, line = source_location()
-        tid = self.builder.tensor(buffer.value, DTYPE_CODE[dtype], list(shape), name, file, line, external)
+        tid = self.builder.tensor(buffer.value, DTYPE_CODE[dtype], list(shape), name or "", file, line, external)
         self.decl_loc[tid] = (file, line)
+        if buffer is MemoryRegion.shared_hbm and external < 0:
+            self.shared.append((tid, itemsize(dtype) * math.prod(shape)))
         return tid
 
     def emit(self, op: int, args: Sequence, ints=(), floats=()) -> None:
@@ -107,6 +116,11 @@ def current() -> Trace:
     if t is None:
         raise RuntimeError("this NKI call is only valid inside a kernel being traced by @nki.jit / nki.simulate")
     return t
+
+
+def tracing() -> bool:
+    """Whether a kernel is being traced on this thread."""
+    return getattr(_local, "trace", None) is not None
 
 
 def set_current(t: Trace | None) -> Trace | None:
@@ -140,6 +154,11 @@ class NKIObject:
     (configuration classes, dataclasses): compared by type and attribute values."""
 
     __slots__ = ()
+
+    def __init__(self, **kwargs):
+        # Plain subclasses are built with keyword attributes (AWS's NKIObject does the same).
+        for k, v in kwargs.items():
+            setattr(self, k, v)
 
 
 class NkiTensor(NKIObject):

@@ -45,6 +45,9 @@ tfloat32 = "tfloat32"
 float8_e4m3 = "float8_e4m3"
 float8_e4m3fn = "float8_e4m3fn"
 float8_e5m2 = "float8_e5m2"
+# The packed MX types: names only (declaring a tensor of one raises NotImplementedError).
+float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4, float8_e8m0fnu = (
+    "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu")
 int8, uint8, int16, uint16, int32, uint32 = "int8", "uint8", "int16", "uint16", "int32", "uint32"
 bool_ = "bool_"
 

@@ -322,3 +322,75 @@ def test_float8_e4m3_output_reaches_torch_as_e4m3fn():
     got = k(x.to("neuron"))
     assert got.dtype == torch.float8_e4m3fn
     torch.testing.assert_close(got.cpu().float(), x, rtol=0, atol=0)
+
+
+# ---- dma_compute ------------------------------------------------------------------------------------
+
+def test_dma_compute_adds_sources_in_fp32_and_rounds_once():
+    a, b, c = table(8, 16, seed=10), table(8, 16, seed=11), table(8, 16, seed=12)
+
+    @nki.jit
+    def k(a, b, c):
+        t = nl.ndarray(b.shape, b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=b)
+        out = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=out, srcs=[a, t, c], reduce_op=nl.add)  # HBM and SBUF sources
+        return out
+
+    got = k(torch.from_numpy(a).to("neuron"), torch.from_numpy(b).to("neuron"), torch.from_numpy(c).to("neuron"))
+    want = ((torch.from_numpy(a) + torch.from_numpy(b)) + torch.from_numpy(c)).to(torch.bfloat16)
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+@nki.jit
+def scatter_add(base, src, idx):
+    """out = base; out[idx[p]] += src[p] (read-modify-write through a vector offset)."""
+    i = load_index(idx)
+    out = nl.ndarray(base.shape, base.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=base)
+    t = nl.ndarray(src.shape, src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    rows = out.vector_select(0, i)
+    nisa.dma_compute(dst=rows, srcs=[rows, t], reduce_op=nl.add)
+    return out
+
+
+def test_dma_compute_scatter_read_modify_write():
+    base, src = table(20, 8, seed=13), table(6, 8, seed=14)
+    idx = np.array([[3], [0], [19], [7], [12], [5]], np.int32)
+    want = base.copy()
+    want[idx[:, 0]] += src
+    np.testing.assert_array_equal(nki.simulate(scatter_add)(base, src, idx), want)
+
+
+@nki.jit
+def gather_add(acc, tab, idx):
+    """acc (SBUF) += tab[idx[p]]."""
+    i = load_index(idx)
+    t = nl.ndarray(acc.shape, acc.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=acc)
+    nisa.dma_compute(dst=t, srcs=[t, tab.vector_select(0, i)], reduce_op=nl.add)
+    out = nl.ndarray(acc.shape, acc.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_dma_compute_gather_read_modify_write():
+    acc, tab = table(5, 8, seed=15), table(30, 8, seed=16)
+    idx = np.array([[29], [0], [4], [4], [17]], np.int32)
+    np.testing.assert_array_equal(nki.simulate(gather_add)(acc, tab, idx), acc + tab[idx[:, 0]])
+
+
+def test_dma_compute_takes_add_with_unit_scales_only():
+    @nki.jit
+    def k(a, scales, op):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=out, srcs=[a, a], reduce_op=op, scales=scales)
+        return out
+
+    a = table(2, 4)
+    np.testing.assert_array_equal(nki.simulate(k)(a, (1.0, 1.0), nl.add), a + a)
+    with pytest.raises(nki.NkiValidationError, match="scales"):
+        nki.simulate(k)(a, (2.0, 1.0), nl.add)
+    with pytest.raises(nki.NkiValidationError, match="reduce_op must be nl.add"):
+        nki.simulate(k)(a, None, nl.maximum)

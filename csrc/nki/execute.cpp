@@ -11,6 +11,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
+#include <memory>
+#include <deque>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -321,6 +324,7 @@ void for_runs(const Access& a, F&& f) {
 void set_parallel_for(ParallelFor f) { parallel_hook() = std::move(f); }
 
 struct Program::State {
+  State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {}
   Program& p;
   const std::vector<void*>& ext;
   float act_regs[128] = {};  // Scalar engine's per-partition reduce registers
@@ -686,14 +690,14 @@ struct Program::State {
                                                    : ""));
   }
   void exec_dynamic(const Instr& in) {
-    const bool skip = in.op == Op::kDmaCopy && !in.ints.empty() && in.ints[0] == 1;
+    const bool skip = (in.op == Op::kDmaCopy || in.op == Op::kDmaCompute) && !in.ints.empty() && in.ints[0] == 1;
     Instr r = in;
-    int vec = -1;
+    std::vector<size_t> vec;  // operands with a vector index (a read-modify-write has two)
     for (size_t i = 0; i < r.args.size(); ++i) {
       Access& a = r.args[i];
       if (!a.present() || !a.index.present()) continue;
       if (a.index.vector) {
-        vec = static_cast<int>(i);
+        vec.push_back(i);
         continue;
       }
       const int64_t v = index_value(a.index, 0);
@@ -704,28 +708,29 @@ struct Program::State {
         out_of_bounds(in, a, v);
       }
     }
-    if (vec < 0) return exec(r);
-    const int64_t n = r.args[vec].dims[0].size;  // the verifier made every operand's dims[0] n long
+    if (vec.empty()) return exec(r);
+    const int64_t n = r.args[vec[0]].dims[0].size;  // the verifier made every operand's dims[0] n long
     for (int64_t w = 0; w < n; ++w) {
       Instr row = r;
-      int64_t v = 0;
+      bool outside = false;
       for (size_t i = 0; i < row.args.size(); ++i) {
         Access& a = row.args[i];
         if (!a.present()) continue;
-        if (static_cast<int>(i) == vec) {
-          v = index_value(a.index, w);
+        if (a.index.present()) {
+          const int64_t v = index_value(a.index, w);
           a.offset += v * a.index.stride;
           a.index = {};
+          a.dims[0].size = 1;
+          if (!in_bounds(a)) {
+            if (!skip) out_of_bounds(in, a, v);
+            outside = true;
+          }
         } else {
           a.offset += w * a.dims[0].stride;
+          a.dims[0].size = 1;
         }
-        a.dims[0].size = 1;
       }
-      if (!in_bounds(row.args[vec])) {
-        if (skip) continue;
-        out_of_bounds(in, row.args[vec], v);
-      }
-      exec(row);
+      if (!outside) exec(row);
     }
   }
   void run(const Instr& in) {
@@ -1277,6 +1282,41 @@ struct Program::State {
         scatter_raw(a[0], raw_[0]);
         return;
       }
+      case Op::kNonzeroWithCount: {
+        // Only the first partition of each GpSimd core (absolute partitions 0, 16, ..., 112) is
+        // read and written; the other partitions of dst keep their values.
+        const int64_t P = a[1].partitions(), T = a[1].free_elements();
+        const int64_t first = a[1].offset / p.k_.tensors[a[1].tensor].partition_elements();
+        const float* src = gather(a[1], 0);
+        int64_t* out = gather_int(a[0], ibuf[0]);
+        const int64_t index_offset = in.ints.at(0), padding = in.ints.at(1);
+        for (int64_t q = 0; q < P; ++q) {
+          if ((first + q) % 16 != 0) continue;
+          int64_t* row = out + q * (T + 1);
+          int64_t n = 0;
+          for (int64_t i = 0; i < T; ++i) {
+            if (src[q * T + i] != 0.0f) row[n++] = i + index_offset;
+          }
+          std::fill(row + n, row + T, padding);
+          row[T] = n;
+        }
+        scatter_int(a[0], out, false);
+        return;
+      }
+      case Op::kDmaCompute: {  // dst = sum of scale * src, in fp32
+        std::vector<float>& acc = buf[4];
+        acc.assign(a[0].elements(), 0.0f);
+        for (size_t i = 1; i < a.size(); ++i) {
+          const float* v = gather(a[i], 0);
+          const float scale = static_cast<float>(in.floats.at(i - 1));
+          for (size_t e = 0; e < acc.size(); ++e) acc[e] += v[e] * scale;
+        }
+        scatter(a[0], acc.data());
+        return;
+      }
+      case Op::kSendRecv:
+      case Op::kCoreBarrier:
+        throw std::logic_error("nki executor: sendrecv / core_barrier run through run_launch");
     }
     throw std::logic_error("nki executor: unknown instruction");
   }
@@ -1320,31 +1360,134 @@ void Program::plan() {
   psum_written_.assign(top, 0);
 }
 
-void Program::run(const std::vector<void*>& external) {
-  std::lock_guard<std::mutex> g(mu_);
+void Program::check_external(const std::vector<void*>& external) const {
   for (const TensorDecl& t : k_.tensors) {
     if (t.external >= 0 && (t.external >= static_cast<int>(external.size()) || external[t.external] == nullptr)) {
       throw std::invalid_argument("nki: no memory given for kernel tensor '" + t.name + "'");
     }
   }
-  State s{*this, external};
-  for (size_t i = 0; i < k_.instrs.size(); ++i) {
-    for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
-      const TensorDecl& d = k_.tensors[t];
-      // The sentinel pattern is encoded once per dtype, then copied.
-      const int64_t n = d.elements();
-      const size_t es = dtype_size(d.dtype);
-      std::vector<uint8_t>& pattern = fill_patterns_[static_cast<int>(d.dtype)];
-      if (pattern.empty()) {
-        std::vector<float> v(4096, is_float(d.dtype) ? kNaN : 4.0f);
-        pattern.resize(4096 * es);
-        encode_run(d.dtype, v.data(), 4096, pattern.data(), 1);
-      }
-      uint8_t* dst = arena_.data() + offset_[t];
-      for (int64_t i = 0; i < n; i += 4096) std::memcpy(dst + i * es, pattern.data(), std::min<int64_t>(4096, n - i) * es);
-      if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
+}
+
+void Program::prepare(size_t i) {
+  for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
+    const TensorDecl& d = k_.tensors[t];
+    // The sentinel pattern is encoded once per dtype, then copied.
+    const int64_t n = d.elements();
+    const size_t es = dtype_size(d.dtype);
+    std::vector<uint8_t>& pattern = fill_patterns_[static_cast<int>(d.dtype)];
+    if (pattern.empty()) {
+      std::vector<float> v(4096, is_float(d.dtype) ? kNaN : 4.0f);
+      pattern.resize(4096 * es);
+      encode_run(d.dtype, v.data(), 4096, pattern.data(), 1);
     }
-    s.run(k_.instrs[i]);
+    uint8_t* dst = arena_.data() + offset_[t];
+    for (int64_t i = 0; i < n; i += 4096) std::memcpy(dst + i * es, pattern.data(), std::min<int64_t>(4096, n - i) * es);
+    if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
+  }
+}
+
+void Program::run(const std::vector<void*>& external) { run_launch({this}, {external}); }
+
+void run_launch(const std::vector<Program*>& programs, const std::vector<std::vector<void*>>& external) {
+  const int n = static_cast<int>(programs.size());
+  if (external.size() != programs.size()) throw std::invalid_argument("nki: one memory list per program");
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_ptr<Program::State>> st;
+  for (int r = 0; r < n; ++r) {
+    locks.emplace_back(programs[r]->mu_);
+    programs[r]->check_external(external[r]);
+    st.emplace_back(new Program::State{*programs[r], external[r]});
+  }
+  enum Status { kRunning, kWaiting, kDone };
+  std::vector<Status> status(n, kRunning);
+  std::vector<size_t> pc(n, 0);
+  std::vector<bool> sent(n, false);
+  std::map<std::tuple<int, int, int64_t>, std::deque<std::vector<uint8_t>>> mail;  // (from, to, pipe_id)
+  auto at = [&](int r) -> const Instr& { return programs[r]->k_.instrs[pc[r]]; };
+  auto where = [&](int r) { return at(r).loc.file + ":" + std::to_string(at(r).loc.line); };
+  auto rank_ok = [&](int r, int64_t rank, const char* what) {
+    if (rank < 0 || rank >= n) {
+      throw std::out_of_range(where(r) + ": " + op_name(at(r).op) + ": " + what + " " + std::to_string(rank) +
+                              " is not a program of this launch (" + std::to_string(n) + " programs; launch the "
+                              "kernel as kernel[2] for the two cores of a logical NeuronCore)");
+    }
+  };
+  for (;;) {
+    bool progress = false, all_done = true;
+    for (int r = 0; r < n; ++r) {
+      if (status[r] == kDone) continue;
+      all_done = false;
+      Program& p = *programs[r];
+      if (status[r] == kRunning) {  // to the end or the next instruction that waits for other programs
+        for (; pc[r] < p.k_.instrs.size(); ++pc[r]) {
+          p.prepare(pc[r]);
+          if (synchronizes(p.k_.instrs[pc[r]].op)) break;
+          st[r]->run(p.k_.instrs[pc[r]]);
+        }
+        progress = true;
+        if (pc[r] == p.k_.instrs.size()) {
+          status[r] = kDone;
+          continue;
+        }
+        status[r] = kWaiting;
+      }
+      const Instr& in = at(r);
+      if (in.op != Op::kSendRecv) continue;
+      const int to = static_cast<int>(in.ints.at(0)), from = static_cast<int>(in.ints.at(1));
+      rank_ok(r, to, "send_to_rank");
+      rank_ok(r, from, "recv_from_rank");
+      if (!sent[r]) {
+        std::vector<uint8_t> bytes;
+        st[r]->gather_raw(in.args[1], bytes);
+        mail[{r, to, in.ints.at(2)}].push_back(std::move(bytes));
+        sent[r] = true;
+        progress = true;
+      }
+      auto box = mail.find({from, r, in.ints.at(2)});
+      if (box == mail.end() || box->second.empty()) continue;
+      const size_t want = in.args[0].elements() * dtype_size(st[r]->dt(in.args[0]));
+      if (box->second.front().size() != want) {
+        throw std::invalid_argument(where(r) + ": sendrecv: program " + std::to_string(from) + " sent " +
+                                    std::to_string(box->second.front().size()) + " bytes; this dst holds " +
+                                    std::to_string(want));
+      }
+      st[r]->scatter_raw(in.args[0], box->second.front());
+      ++st[r]->version_[in.args[0].tensor];
+      box->second.pop_front();
+      sent[r] = false;
+      status[r] = kRunning;
+      ++pc[r];
+      progress = true;
+    }
+    // A barrier opens when every core it names waits at a barrier.
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != kWaiting || at(r).op != Op::kCoreBarrier) continue;
+      const std::vector<int64_t> cores = at(r).ints;
+      bool open = true;
+      for (int64_t c : cores) {
+        rank_ok(r, c, "core");
+        open = open && status[c] == kWaiting && at(static_cast<int>(c)).op == Op::kCoreBarrier;
+      }
+      if (!open) continue;
+      for (int64_t c : cores) status[c] = kRunning, ++pc[c];
+      progress = true;
+    }
+    if (all_done) return;
+    if (!progress) {
+      std::string msg = "nki: the programs of this launch wait for each other forever:";
+      for (int r = 0; r < n; ++r) {
+        msg += "\n  program " + std::to_string(r) + ": ";
+        if (status[r] == kDone) {
+          msg += "has ended";
+        } else if (at(r).op == Op::kSendRecv) {
+          msg += "waits in sendrecv for program " + std::to_string(at(r).ints[1]) + " (pipe_id " +
+                 std::to_string(at(r).ints[2]) + ") at " + where(r);
+        } else {
+          msg += "waits in core_barrier at " + where(r);
+        }
+      }
+      throw std::runtime_error(msg);
+    }
   }
 }
 

@@ -31,12 +31,19 @@ class Program {
   // whose `external` slot is i. Safe to call from several threads (runs are serialized).
   void run(const std::vector<void*>& external);
 
+  // Runs the programs of one SPMD launch (programs[r] on memory external[r]) together: each
+  // runs until a sendrecv or core_barrier, which completes once its partner(s) reach theirs.
+  // Programs that wait for each other forever raise std::runtime_error naming where each waits.
+  friend void run_launch(const std::vector<Program*>& programs, const std::vector<std::vector<void*>>& external);
+
   const Kernel& kernel() const { return k_; }
   size_t arena_bytes() const { return arena_.size(); }
 
  private:
   struct State;
   void plan();
+  void prepare(size_t i);  // fresh memory for the tensors that come alive at instruction i
+  void check_external(const std::vector<void*>& external) const;
 
   Kernel k_;
   std::vector<int64_t> offset_;             // arena byte offset per tensor (-1: external)
@@ -46,5 +53,7 @@ class Program {
   std::vector<uint8_t> fill_patterns_[16];  // per dtype: 4096 encoded sentinels
   std::mutex mu_;
 };
+
+void run_launch(const std::vector<Program*>& programs, const std::vector<std::vector<void*>>& external);
 
 }  // namespace neuron::nki

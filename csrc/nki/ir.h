@@ -125,8 +125,15 @@ enum class Op : uint8_t {
   kDmaTranspose,      // [dst, src]                         ints: dge_mode, axes...
   kNGather,           // [dst, data, indices]
   kLocalGather,       // [dst, src_buffer, index]           ints: num_elem_per_idx, num_valid_indices
+  kNonzeroWithCount,  // [dst, src]                         ints: index_offset, padding_val
+  kDmaCompute,        // [dst, src0, src1, ...]             ints: oob_mode  floats: one scale per src
+  // Between the programs of one SPMD launch (the cores of a logical NeuronCore); run_launch
+  // schedules them, never exec.
+  kSendRecv,          // [dst, src]                         ints: send_to_rank, recv_from_rank, pipe_id
+  kCoreBarrier,       // [data]                             ints: the cores
 };
-constexpr int kNumOps = static_cast<int>(Op::kLocalGather) + 1;
+constexpr int kNumOps = static_cast<int>(Op::kCoreBarrier) + 1;
+inline bool synchronizes(Op op) { return op == Op::kSendRecv || op == Op::kCoreBarrier; }
 const char* op_name(Op op);
 
 // ALU operators (nki.isa's `op` arguments), numbered as nki/isa/__init__.py numbers them.

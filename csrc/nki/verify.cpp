@@ -3,6 +3,7 @@
 // lists them.
 #include <algorithm>
 #include <sstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -104,8 +105,9 @@ class Verifier {
       fail("out-of-bounds", what + " reads " + std::to_string(n) + " value(s) past the end of its index tensor");
     }
     if (ix.vector) {
-      if (cur_->op != Op::kDmaCopy) {
-        fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy");
+      if (cur_->op != Op::kDmaCopy && cur_->op != Op::kDmaCompute) {
+        fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy or "
+                               "nisa.dma_compute");
       }
       if (on_chip(decl(a).buffer)) {
         fail("dynamic-offset", what + ": a vector offset indexes an HBM tensor (gather from or scatter into HBM)");
@@ -265,8 +267,9 @@ class Verifier {
       fail("dma-transpose", "destination " + describe(dst) + " must have the permuted source shape " +
                                 shape_str(want));
     }
-    if (mode != 0 && mode != 2) {
-      fail("dma-transpose", "a direct DMA transpose takes dge_mode unknown or hwdge (swdge is the indirect form)");
+    if (mode != 0 && mode != 2 && mode != 3) {
+      fail("dma-transpose", "a direct DMA transpose takes dge_mode unknown, hwdge or none (swdge is the indirect "
+                            "form)");
     }
     if (mode == 2) {  // hardware DGE
       if (dtype_size(dt(src)) != 2) {
@@ -503,7 +506,7 @@ class Verifier {
           }
         }
         // The engine fills with FP32_MIN only (the hardware has no other fill value).
-        if (in.floats.at(0) != -3.4028234663852886e38) {
+        if (static_cast<float>(in.floats.at(0)) != -std::numeric_limits<float>::max()) {  // as an fp32 value
           fail("alu-op", "on_false_value must be FP32_MIN (-3.4028235e+38): the only fill value the Vector engine's "
                          "range select supports");
         }
@@ -668,6 +671,46 @@ class Verifier {
         }
         break;
       }
+      case Op::kNonzeroWithCount:
+        for (int i = 0; i < 2; ++i) {
+          if (buf(a[i]) != Buffer::kSbuf) {
+            fail("engine-memory", std::string(i ? "src " : "dst ") + describe(a[i]) + " must be in SBUF (GpSimd)");
+          }
+        }
+        dtype_in(a[1], "src", {DType::kFloat32, DType::kInt32});
+        dtype_in(a[0], "dst", {DType::kInt32});
+        if (a[0].partitions() != a[1].partitions() || a[0].free_elements() != a[1].free_elements() + 1) {
+          fail("shape-mismatch", "dst " + describe(a[0]) + " must have src's partitions and one more element per "
+                                 "partition than src " + describe(a[1]) + " (the count)");
+        }
+        break;
+      case Op::kDmaCompute:
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (buf(a[i]) == Buffer::kPsum) {
+            fail("dma-psum", describe(a[i]) + " is in PSUM; DMA cannot access PSUM: copy PSUM to SBUF with "
+                             "nisa.tensor_copy first");
+          }
+          if (a[i].elements() != a[0].elements()) {
+            fail("shape-mismatch", "source " + describe(a[i]) + " and destination " + describe(a[0]) +
+                                       " have different numbers of elements");
+          }
+        }
+        break;
+      case Op::kSendRecv:
+        for (int i = 0; i < 2; ++i) {
+          if (buf(a[i]) != Buffer::kSbuf) {
+            fail("engine-memory", std::string(i ? "src " : "dst ") + describe(a[i]) + " must be in SBUF");
+          }
+        }
+        if (dt(a[0]) != dt(a[1]) || a[0].partitions() != a[1].partitions() ||
+            a[0].free_elements() != a[1].free_elements()) {
+          fail("shape-mismatch", "src " + describe(a[1]) + " and dst " + describe(a[0]) + " must have the same "
+                                 "dtype, partitions and elements per partition");
+        }
+        break;
+      case Op::kCoreBarrier:
+        if (on_chip(buf(a[0]))) fail("engine-memory", "core_barrier's data " + describe(a[0]) + " is shared HBM");
+        break;
     }
   }
 

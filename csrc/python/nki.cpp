@@ -82,6 +82,20 @@ void register_nki(py::module_& parent) {
           throw py::error_already_set();
         }
       });
+  m.def(
+      "run_launch",
+      [](const std::vector<std::shared_ptr<Program>>& programs, const std::vector<std::vector<uintptr_t>>& addresses) {
+        std::vector<Program*> ps;
+        for (const auto& p : programs) ps.push_back(p.get());
+        std::vector<std::vector<void*>> ptrs;
+        for (const auto& list : addresses) {
+          ptrs.emplace_back();
+          for (uintptr_t a : list) ptrs.back().push_back(reinterpret_cast<void*>(a));
+        }
+        py::gil_scoped_release nogil;
+        neuron::nki::run_launch(ps, ptrs);
+      },
+      "Runs the programs of one SPMD launch together (sendrecv / core_barrier between them).");
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def("run",
            [](Program& p, const std::vector<uintptr_t>& addresses) {

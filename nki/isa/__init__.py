@@ -21,7 +21,7 @@ __all__ = [
     "scalar_tensor_tensor", "select", "tensor_copy_predicated", "select_reduce", "range_select",
     "tensor_scalar_reduce", "tensor_scalar_cumulative", "exponential", "activate2", "nc_match_replace8",
     "nc_stream_shuffle", "dma_transpose", "nc_n_gather", "local_gather", "get_nc_sub_version", "dma_engine",
-    "constants", "sendrecv", "core_barrier",
+    "constants", "sendrecv", "core_barrier", "nonzero_with_count", "dma_compute",
 ]
 
 # Op codes: csrc/nki/ir.h, enum class Op.
@@ -29,7 +29,7 @@ __all__ = [
  _TENSOR_REDUCE, _SCAN, _AFFINE_SELECT, _BN_STATS, _BN_AGGR, _MAX8, _FIND_INDEX8, _RECIPROCAL, _PARTITION_REDUCE,
  _SCALAR_TENSOR_TENSOR, _SELECT, _COPY_PREDICATED, _SELECT_REDUCE, _RANGE_SELECT, _TENSOR_SCALAR_REDUCE,
  _TENSOR_SCALAR_CUMULATIVE, _EXPONENTIAL, _ACTIVATE2, _MATCH_REPLACE8, _STREAM_SHUFFLE, _DMA_TRANSPOSE, _N_GATHER,
- _LOCAL_GATHER) = range(32)
+ _LOCAL_GATHER, _NONZERO_WITH_COUNT, _DMA_COMPUTE, _SENDRECV, _CORE_BARRIER) = range(36)
 
 
 unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine = (
@@ -387,20 +387,56 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
                    [int(num_elem_per_idx), valid])
 
 
-def _between_cores(what: str):
-    raise NotImplementedError(
-        f"{what}: the programs of an SPMD launch (kernel[2]) run one after another in this simulator, so "
-        "NeuronCores cannot exchange data or wait for each other yet; split the kernel at the exchange")
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """Per GpSimd core (partitions 0, 16, ..., 112 only): the indices of ``src``'s nonzero elements
+    plus ``index_offset``, then ``padding_val`` up to ``src``'s length, then the count (int32 dst
+    with one more element per partition than src)."""
+    current().emit(_NONZERO_WITH_COUNT, [_t(dst, "dst"), _t(src, "src")], [int(index_offset), int(padding_val)])
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
+    """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` by the DMA engines, in fp32 (HBM or
+    SBUF). With a ``vector_offset`` on ``dst`` and the source that matches it, a scatter
+    read-modify-write (``dst[idx] += src``); on the other source, a gather (``dst += src[idx]``)."""
+    srcs = list(srcs)
+    if not 1 <= len(srcs) <= 16:
+        raise NkiValidationError(f"dma_compute takes 1 to 16 sources, got {len(srcs)}", "shape-mismatch", *_here())
+    if _ops.alu(reduce_op, "reduce_op") != _ops.ADD:
+        raise NkiValidationError("dma_compute: reduce_op must be nl.add", "alu-op", *_here())
+    scales = [1.0] * len(srcs) if scales is None else [float(x) for x in scales]
+    if len(scales) != len(srcs) or any(x != 1.0 for x in scales):
+        raise NkiValidationError(f"dma_compute: scales must be None or one 1.0 per source, got {scales}",
+                                 "alu-op", *_here())
+    if not unique_indices:
+        raise NotImplementedError("dma_compute(unique_indices=False): non-unique scatter indices are not supported "
+                                  "(as in NKI)")
+    current().emit(_DMA_COMPUTE, [_t(dst, "dst")] + [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)],
+                   [int(oob_mode)], scales)
+
+
+def _rank(x, what: str) -> int:
+    tr = current()
+    n = 1
+    for g in tr.grid:
+        n *= g
+    if not isinstance(x, int) or not 0 <= x < n:
+        raise NkiValidationError(f"{what} must be a program of this launch (0..{n - 1}), got {x!r}; cores exchange "
+                                 "data within an SPMD launch such as kernel[2]", "shape-mismatch", *_here())
+    return x
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
-    """Exchange SBUF tiles between the two NeuronCores of a logical core: not supported yet."""
-    _between_cores("sendrecv")
+    """Send ``src`` to program ``send_to_rank`` of this launch while receiving program
+    ``recv_from_rank``'s into ``dst`` (SBUF tiles of one shape and dtype); waits for the partner."""
+    current().emit(_SENDRECV, [_t(dst, "dst"), _t(src, "src")],
+                   [_rank(send_to_rank, "send_to_rank"), _rank(recv_from_rank, "recv_from_rank"), int(pipe_id)])
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
-    """Wait until every core in ``cores`` reaches this point: not supported yet."""
-    _between_cores("core_barrier")
+    """Wait until every program of this launch named in ``cores`` reaches a barrier (writes before
+    it, e.g. to halves of a shared HBM tensor, are then visible to all of them)."""
+    cores = [_rank(c, "core_barrier: core") for c in cores]
+    current().emit(_CORE_BARRIER, [_t(data, "data")], cores)
 
 
 def _max_only(what, reduce_op):
