@@ -7,6 +7,7 @@ kernel source line that issued them, which is what the verifier's errors point a
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import os
@@ -155,10 +156,37 @@ class NKIObject:
 
     __slots__ = ()
 
-    def __init__(self, **kwargs):
-        # Plain subclasses are built with keyword attributes (AWS's NKIObject does the same).
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Keep the permissive constructor below under @dataclass too (which adds an __init__ only
+        # to a class without one): AWS's kernels build NKIObject dataclasses leaving fields out
+        # and passing attributes they did not annotate.
+        if cls.__init__ is NKIObject.__init__:
+            cls.__init__ = NKIObject.__init__
+
+    def __init__(self, *args, **kwargs):
+        """Dataclass fields from ``args`` in order, then from ``kwargs``, else their defaults (None
+        when a field has none); other keyword arguments become attributes too."""
+        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} positional arguments, got {len(args)}")
+        for f, v in zip(fields, args):
+            if f.name in kwargs:
+                raise TypeError(f"{type(self).__name__}() got multiple values for argument {f.name!r}")
+            kwargs[f.name] = v
+        for f in fields:
+            if f.name not in kwargs:
+                if f.default is not dataclasses.MISSING:
+                    kwargs[f.name] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    kwargs[f.name] = f.default_factory()
+                else:
+                    kwargs[f.name] = None
         for k, v in kwargs.items():
-            setattr(self, k, v)
+            object.__setattr__(self, k, v)  # frozen dataclasses too
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
 
 
 class NkiTensor(NKIObject):

@@ -273,3 +273,61 @@ def test_mx_dtype_names_exist_and_are_refused_when_used():
 
     with pytest.raises(NotImplementedError, match="packed MX dtypes"):
         nki.simulate(k)(table(1, 1))
+
+
+def test_core_barrier_waits_only_for_cores_in_the_launch():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        nisa.core_barrier(out, cores=(0, 1))  # written for LNC 2, launched alone: nothing to wait for
+        return out
+
+    x = table(4, 4, seed=8)
+    np.testing.assert_array_equal(nki.simulate(k)(x), x)
+    with pytest.raises(nki.NkiValidationError, match="cores are program numbers"):
+        @nki.jit
+        def bad(x):
+            nisa.core_barrier(x, cores=(-1,))
+
+        nki.simulate(bad)(x)
+
+
+def test_nkiobject_dataclasses_are_built_as_aws_kernels_build_them():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Section(nl.NKIObject):
+        index = None  # not annotated: not a dataclass field, still a keyword
+        offset = None
+
+    @dataclasses.dataclass(frozen=True)
+    class Sizes(nl.NKIObject):
+        T: int
+        H: int
+        extra: int  # left out by the caller: None
+        tiles: list = dataclasses.field(default_factory=list)
+        scale: float = 2.0
+
+        def __post_init__(self):
+            object.__setattr__(self, "TH", self.T * self.H)
+
+    s = Section(index=3, offset=5)
+    assert (s.index, s.offset) == (3, 5)
+    z = Sizes(4, H=8)
+    assert (z.T, z.H, z.extra, z.tiles, z.scale, z.TH) == (4, 8, None, [], 2.0, 32)
+    assert z == Sizes(4, 8, None)
+    with pytest.raises(TypeError, match="multiple values"):
+        Sizes(4, T=5)
+    with pytest.raises(TypeError, match="positional"):
+        Sizes(1, 2, 3, [], 1.0, 7)
+
+    x = table(8, 4, seed=9)
+
+    @nki.jit
+    def k(x, sizes):
+        return scale_rows(x, float(sizes.scale))
+
+    np.testing.assert_array_equal(nki.simulate(k)(x, z), x * F32(2))

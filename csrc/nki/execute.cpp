@@ -1462,7 +1462,8 @@ void run_launch(const std::vector<Program*>& programs, const std::vector<std::ve
     // A barrier opens when every core it names waits at a barrier.
     for (int r = 0; r < n; ++r) {
       if (status[r] != kWaiting || at(r).op != Op::kCoreBarrier) continue;
-      const std::vector<int64_t> cores = at(r).ints;
+      std::vector<int64_t> cores = at(r).ints;  // and the program itself
+      if (std::find(cores.begin(), cores.end(), r) == cores.end()) cores.push_back(r);
       bool open = true;
       for (int64_t c : cores) {
         rank_ok(r, c, "core");

@@ -8,6 +8,8 @@ verifier on the whole traced program, with the calling line in the error.
 
 from __future__ import annotations
 
+import math
+
 from .. import _ops
 from .._trace import MemoryRegion, NkiTensor, NkiValidationError, current
 from . import constants
@@ -434,9 +436,14 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     """Wait until every program of this launch named in ``cores`` reaches a barrier (writes before
-    it, e.g. to halves of a shared HBM tensor, are then visible to all of them)."""
-    cores = [_rank(c, "core_barrier: core") for c in cores]
-    current().emit(_CORE_BARRIER, [_t(data, "data")], cores)
+    it, e.g. to halves of a shared HBM tensor, are then visible to all of them). Cores beyond the
+    launch (``cores=(0, 1)`` in a one-program launch, as AWS's kernels write for LNC 1 and 2) are
+    not waited for."""
+    n = math.prod(current().grid)
+    if any(not isinstance(c, int) or c < 0 for c in cores):
+        raise NkiValidationError(f"core_barrier: cores are program numbers, got {cores!r}", "shape-mismatch",
+                                 *_here())
+    current().emit(_CORE_BARRIER, [_t(data, "data")], sorted({c for c in cores if c < n}))
 
 
 def _max_only(what, reduce_op):
