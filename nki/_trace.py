@@ -94,6 +94,7 @@ class Trace:
         self.decl_loc: dict[int, tuple[str, int]] = {}  # tensor id -> where the kernel declared it
         self.constants: list = []  # (tensor id, numpy array) of nl.shared_constant, bound after the outputs
         self.shared: list = []  # (tensor id, bytes) of shared-HBM tensors the kernel allocates
+        self.aliases: dict = {}  # (tensor id, dtype) -> the alias tensor reinterpreting its bytes
 
     def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
         file, line = source_location()
@@ -495,7 +496,12 @@ class NkiTensor(NKIObject):
         if scalar_offset is not None and vector_offset is not None:
             raise ValueError("ap(): give at most one of scalar_offset and vector_offset")
         if dtype is not None and normalize_dtype(dtype) != self.dtype:
-            raise NotImplementedError("ap(dtype=...): reinterpreting the storage's dtype is not supported yet")
+            # pattern and offset count elements of the new dtype over the same storage
+            new = self._reinterpreted(normalize_dtype(dtype))
+            sizes = itemsize(self.dtype), itemsize(new.dtype)
+            rescaled = NkiTensor(new._tid, new._base_shape, self.shape, [st * sizes[0] // sizes[1] for st in self.strides],
+                                 0, new.dtype, self.buffer, self.name)
+            return rescaled.ap(pattern, 0 if offset is None else offset, scalar_offset, vector_offset, indirect_dim)
         pattern = [[int(st), int(n)] for st, n in pattern]
         if self.on_chip:
             per_partition = 1
@@ -525,11 +531,50 @@ class NkiTensor(NKIObject):
             return view._indexed(vector_offset, stride, True, "ap(vector_offset=)")
         return view._indexed(scalar_offset, stride, False, "ap(scalar_offset=)")
 
+    def _reinterpreted(self, dtype: str) -> "NkiTensor":
+        """The whole storage as ``dtype`` (an alias tensor: same bytes, no copy): (P, bytes per
+        partition / itemsize) on chip, (bytes / itemsize,) in HBM."""
+        if self._index is not None:
+            raise ValueError("view(dtype) / ap(dtype=): not after a run-time (dynamic) select")
+        old, new = itemsize(self.dtype), itemsize(dtype)
+        if self.on_chip:
+            per_partition = math.prod(self._base_shape[1:]) * old
+            if per_partition % new:
+                raise ValueError(f"cannot reinterpret {per_partition} bytes per partition as {dtype}")
+            shape = (self._base_shape[0], per_partition // new)
+        else:
+            total = math.prod(self._base_shape) * old
+            if total % new:
+                raise ValueError(f"cannot reinterpret {total} bytes as {dtype}")
+            shape = (total // new,)
+        tr = current()
+        key = (self._tid, dtype)
+        tid = tr.aliases.get(key)
+        if tid is None:
+            file, line = source_location()
+            tid = tr.builder.alias(self._tid, DTYPE_CODE[dtype], list(shape), self.name or "", file, line)
+            tr.aliases[key] = tid
+        return NkiTensor(tid, shape, shape, _contiguous_strides(shape), 0, dtype, self.buffer, self.name)
+
     def view(self, dtype) -> "NkiTensor":
+        """The same elements' bytes as ``dtype`` (no copy); the last dimension (contiguous) scales by
+        the ratio of the dtype sizes."""
         dtype = normalize_dtype(dtype)
         if dtype == self.dtype:
             return self
-        raise NotImplementedError("view(dtype): bit reinterpretation is not supported by this simulator yet")
+        old, new = itemsize(self.dtype), itemsize(dtype)
+        if self.ndim == 0 or (self.strides[-1] != 1 and self.shape[-1] != 1):
+            raise ValueError(f"view({dtype}): the last dimension must be contiguous, got strides {self.strides}")
+        byte_strides = [st * old for st in self.strides[:-1]]
+        byte_offset, last_bytes = self.offset * old, self.shape[-1] * old
+        if any(b % new for b in byte_strides + [byte_offset, last_bytes]):
+            raise ValueError(f"view({dtype}): {self.dtype} view of shape {self.shape} (offset {self.offset}, strides "
+                             f"{self.strides}) does not fall on {dtype} boundaries")
+        base = self._reinterpreted(dtype)
+        return NkiTensor(base._tid, base._base_shape, self.shape[:-1] + (last_bytes // new,),
+                         [b // new for b in byte_strides] + [1], byte_offset // new, dtype, self.buffer, self.name)
+
+    reinterpret_cast = view
 
 
 def tensors_in(obj) -> list[NkiTensor]:

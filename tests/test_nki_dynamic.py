@@ -394,3 +394,86 @@ def test_dma_compute_takes_add_with_unit_scales_only():
         nki.simulate(k)(a, (2.0, 1.0), nl.add)
     with pytest.raises(nki.NkiValidationError, match="reduce_op must be nl.add"):
         nki.simulate(k)(a, None, nl.maximum)
+
+
+# ---- view(dtype) / ap(dtype=): the same bytes as another dtype ------------------------------------------
+
+def test_view_of_an_hbm_argument_reads_its_bytes():
+    x = table(4, 8, seed=20)
+
+    @nki.jit
+    def k(x):
+        u = nl.ndarray((4, 32), nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=x.view(nl.uint8))
+        out = nl.ndarray(u.shape, u.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=u)
+        return out
+
+    np.testing.assert_array_equal(nki.simulate(k)(x), x.view(np.uint8))
+
+
+def test_view_contracts_and_expands_on_chip_tiles():
+    x = torch.randint(-2**31, 2**31 - 1, (16, 12), dtype=torch.int32)
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        as_bf16 = nl.ndarray((16, 8), nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=as_bf16, src=t[:, 2:6].view(nl.bfloat16))  # a column slice, 2x expansion
+        back = nl.ndarray((16, 2), nl.int32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=back, src=as_bf16[:, 4:8].view(nl.int32))  # 2x contraction
+        o1 = nl.ndarray(as_bf16.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(back.shape, nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=as_bf16)
+        nisa.dma_copy(dst=o2, src=back)
+        return o1, o2
+
+    o1, o2 = k(x.to("neuron"))
+    torch.testing.assert_close(o1.cpu().view(torch.int16), x[:, 2:6].contiguous().view(torch.int16), rtol=0, atol=0)
+    torch.testing.assert_close(o2.cpu(), x[:, 4:6], rtol=0, atol=0)
+
+
+def test_ap_with_dtype_from_the_guide():
+    x = torch.randint(-2**31, 2**31 - 1, (128, 256), dtype=torch.int32)
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((128, 256), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        cast = t.ap(pattern=[[512, 128], [1, 512]], offset=0, dtype=nl.bfloat16)  # (128, 512) bf16
+        out = nl.ndarray((128, 512), nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=cast)
+        return out
+
+    got = k(x.to("neuron")).cpu()
+    torch.testing.assert_close(got.view(torch.int16), x.view(torch.int16), rtol=0, atol=0)
+
+
+def test_writes_through_a_view_change_the_tensor():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((2, 4), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t.view(nl.int32), value=0x3F800000)  # the bits of 1.0f
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(nki.simulate(k)(np.zeros((1, 1), F32)), np.ones((2, 4), F32))
+
+
+def test_view_needs_a_contiguous_aligned_last_dimension():
+    @nki.jit
+    def strided(x):
+        t = nl.ndarray((2, 8), nl.uint8, buffer=nl.sbuf)
+        t[:, 0:8:2].view(nl.float32)
+
+    @nki.jit
+    def misaligned(x):
+        t = nl.ndarray((2, 8), nl.uint8, buffer=nl.sbuf)
+        t[:, 1:5].view(nl.float32)
+
+    with pytest.raises(ValueError, match="contiguous"):
+        nki.simulate(strided)(np.zeros((1, 1), F32))
+    with pytest.raises(ValueError, match="boundaries"):
+        nki.simulate(misaligned)(np.zeros((1, 1), F32))

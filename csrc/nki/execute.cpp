@@ -1324,6 +1324,11 @@ struct Program::State {
 
 Program::Program(Kernel k) : k_(std::move(k)) {
   verify(k_);
+  for (TensorDecl& t : k_.tensors) {  // an alias of a kernel argument is that argument's memory
+    int base = t.alias;
+    while (base >= 0 && k_.tensors[base].alias >= 0) base = k_.tensors[base].alias;
+    if (base >= 0) t.external = k_.tensors[base].external;
+  }
   plan();
 }
 
@@ -1335,7 +1340,7 @@ void Program::plan() {
   alloc_at_.assign(ni, {});
   std::vector<int> order;
   for (size_t t = 0; t < nt; ++t)
-    if (k_.tensors[t].external < 0 && first[t] >= 0) order.push_back(static_cast<int>(t));
+    if (k_.tensors[t].external < 0 && k_.tensors[t].alias < 0 && first[t] >= 0) order.push_back(static_cast<int>(t));
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return first[x] < first[y]; });
   struct Block { int64_t begin, end; int tensor; };
   std::vector<Block> active;  // sorted by begin
@@ -1355,6 +1360,11 @@ void Program::plan() {
     active.push_back({at, at + bytes, t});
     std::sort(active.begin(), active.end(), [](const Block& x, const Block& y) { return x.begin < y.begin; });
     alloc_at_[first[t]].push_back(t);
+  }
+  for (size_t t = 0; t < nt; ++t) {  // aliases share their base's bytes
+    int base = k_.tensors[t].alias;
+    while (base >= 0 && k_.tensors[base].alias >= 0) base = k_.tensors[base].alias;
+    if (base >= 0) offset_[t] = offset_[base];
   }
   arena_.assign(top, 0);
   psum_written_.assign(top, 0);

@@ -81,10 +81,12 @@ LiveRanges live_ranges(const Kernel& k) {
   for (size_t i = 0; i < k.instrs.size(); ++i) {
     for (const Access& a : k.instrs[i].args) {
       if (!a.present()) continue;
-      for (int t : {a.tensor, a.index.tensor}) {  // a run-time index is read by the instruction too
-        if (t < 0) continue;
-        if (r.first[t] < 0) r.first[t] = static_cast<int>(i);
-        r.last[t] = static_cast<int>(i);
+      // A run-time index is read by the instruction too; an alias uses its base's memory.
+      for (int t : {a.tensor, a.index.tensor}) {
+        for (; t >= 0; t = k.tensors[t].alias) {
+          if (r.first[t] < 0) r.first[t] = static_cast<int>(i);
+          r.last[t] = static_cast<int>(i);
+        }
       }
     }
   }

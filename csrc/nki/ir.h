@@ -42,6 +42,9 @@ struct TensorDecl {
   std::string name;
   Loc loc;
   int external = -1;  // slot in the pointer list given to Program::run; -1 = simulator memory
+  // Another tensor whose bytes this one reinterprets (view(dtype), ap(dtype=)); -1 = its own.
+  // An alias has no memory of its own: it keeps its base alive and shares its bytes.
+  int alias = -1;
 
   int64_t elements() const;
   // Elements per partition of an on-chip tensor (the product of its free dims).

@@ -836,8 +836,8 @@ class Verifier {
     const size_t nt = k_.tensors.size();
     const auto [first, last] = live_ranges(k_);
     std::vector<std::vector<int>> starts(k_.instrs.size()), ends(k_.instrs.size());
-    for (size_t t = 0; t < nt; ++t) {
-      if (first[t] < 0 || !on_chip(k_.tensors[t].buffer)) continue;
+    for (size_t t = 0; t < nt; ++t) {  // aliases take no memory of their own
+      if (first[t] < 0 || !on_chip(k_.tensors[t].buffer) || k_.tensors[t].alias >= 0) continue;
       starts[first[t]].push_back(static_cast<int>(t));
       ends[last[t]].push_back(static_cast<int>(t));
     }

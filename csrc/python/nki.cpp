@@ -70,6 +70,15 @@ void register_nki(py::module_& parent) {
              }
              b.k.instrs.push_back(std::move(in));
            })
+      .def("alias",
+           [](KernelBuilder& b, int base, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
+              int line) {
+             const neuron::nki::TensorDecl& of = b.k.tensors.at(base);
+             neuron::nki::TensorDecl t{of.buffer, static_cast<neuron::nki::DType>(dtype), std::move(shape),
+                                       std::move(name), {std::move(file), line}, -1, base};
+             b.k.tensors.push_back(std::move(t));
+             return static_cast<int>(b.k.tensors.size() - 1);
+           })
       .def("set_external", [](KernelBuilder& b, int tensor, int slot) { b.k.tensors.at(tensor).external = slot; })
       .def_property_readonly("num_instructions", [](const KernelBuilder& b) { return b.k.instrs.size(); })
       // Verifies and plans; a broken rule raises error_type(message, rule, filename, lineno).
