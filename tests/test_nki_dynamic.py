@@ -477,3 +477,53 @@ def test_view_needs_a_contiguous_aligned_last_dimension():
         nki.simulate(strided)(np.zeros((1, 1), F32))
     with pytest.raises(ValueError, match="boundaries"):
         nki.simulate(misaligned)(np.zeros((1, 1), F32))
+
+
+# ---- indirect dma_transpose (dge_mode=swdge) --------------------------------------------------------------
+
+def test_indirect_dma_transpose_gathers_rows_then_transposes():
+    # AWS's block-KV attention: the K blocks named at run time, loaded transposed (4-D, axes (3, 1, 2, 0)).
+    blocks, block_len, d_head, n = 10, 4, 16, 8
+    cache = np.random.default_rng(30).standard_normal((blocks, 1, block_len, d_head)).astype(np.float16)
+    active = np.array([[7], [0], [3], [3], [9], [1], [5], [2]], np.int32)
+
+    @nki.jit
+    def k(cache, idx):
+        i = load_index(idx)
+        d = nl.ndarray((d_head, 1, block_len, n), nl.float16, buffer=nl.sbuf)
+        src = cache.ap([[block_len * d_head, n], [1, 1], [d_head, block_len], [1, d_head]], offset=0,
+                       vector_offset=i, indirect_dim=0)
+        nisa.dma_transpose(dst=d, src=src, axes=(3, 1, 2, 0), dge_mode=nisa.dge_mode.swdge)
+        out = nl.ndarray(d.shape, d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    np.testing.assert_array_equal(nki.simulate(k)(cache, active), cache[active[:, 0]].transpose(3, 1, 2, 0))
+
+
+def test_indirect_dma_transpose_2d_and_its_rules():
+    tab = np.random.default_rng(31).standard_normal((20, 12)).astype(np.float16)
+    idx = np.array([[19], [4], [4], [0], [11]], np.int32)
+
+    @nki.jit
+    def k(tab, idx, mode):
+        i = load_index(idx)
+        d = nl.ndarray((12, 5), nl.float16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=tab.vector_select(0, i), dge_mode=mode)
+        out = nl.ndarray(d.shape, d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    np.testing.assert_array_equal(nki.simulate(k)(tab, idx, nisa.dge_mode.swdge), tab[idx[:, 0]].T)
+    with pytest.raises(nki.NkiValidationError, match="swdge"):
+        nki.simulate(k)(tab, idx, nisa.dge_mode.unknown)
+    with pytest.raises(IndexError, match="run-time offset 20"):
+        nki.simulate(k)(tab, np.array([[1], [2], [20], [0], [3]], np.int32), nisa.dge_mode.swdge)
+
+    @nki.jit
+    def direct_swdge(tab):
+        d = nl.ndarray((12, 20), nl.float16, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=tab, dge_mode=nisa.dge_mode.swdge)
+
+    with pytest.raises(nki.NkiValidationError, match="indirect form"):
+        nki.simulate(direct_swdge)(tab)

@@ -373,6 +373,21 @@ struct Program::State {
   // An access's elements as raw bytes, densely in access order (and back).
   void gather_raw(const Access& a, std::vector<uint8_t>& out) {
     const size_t es = dtype_size(dt(a));
+    if (a.index.present()) {  // a vector index (indirect dma_transpose): row w starts idx[w] rows in
+      out.clear();
+      std::vector<uint8_t> row_bytes;
+      for (int64_t w = 0; w < a.dims[0].size; ++w) {
+        Access row = a;
+        const int64_t v = index_value(a.index, w);
+        row.offset += v * a.index.stride;
+        row.index = {};
+        row.dims[0].size = 1;
+        if (!in_bounds(row)) throw std::out_of_range(indirect_oob_message(row, v));
+        gather_raw(row, row_bytes);
+        out.insert(out.end(), row_bytes.begin(), row_bytes.end());
+      }
+      return;
+    }
     out.resize(a.elements() * es);
     const uint8_t* b = base(a.tensor);
     for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
@@ -689,6 +704,11 @@ struct Program::State {
                                                      "accesses"
                                                    : ""));
   }
+  std::string indirect_oob_message(const Access& a, int64_t value) const {
+    const TensorDecl& t = p.k_.tensors[a.tensor];
+    return "nki: dma_transpose: the run-time offset " + std::to_string(value) + " puts a row of '" + t.name +
+           "' outside the tensor (" + std::to_string(t.elements()) + " elements)";
+  }
   void exec_dynamic(const Instr& in) {
     const bool skip = (in.op == Op::kDmaCopy || in.op == Op::kDmaCompute) && !in.ints.empty() && in.ints[0] == 1;
     Instr r = in;
@@ -709,6 +729,7 @@ struct Program::State {
       }
     }
     if (vec.empty()) return exec(r);
+    if (in.op == Op::kDmaTranspose) return exec(r);  // its source is gathered row by row (gather_raw)
     const int64_t n = r.args[vec[0]].dims[0].size;  // the verifier made every operand's dims[0] n long
     for (int64_t w = 0; w < n; ++w) {
       Instr row = r;

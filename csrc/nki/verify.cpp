@@ -105,14 +105,19 @@ class Verifier {
       fail("out-of-bounds", what + " reads " + std::to_string(n) + " value(s) past the end of its index tensor");
     }
     if (ix.vector) {
-      if (cur_->op != Op::kDmaCopy && cur_->op != Op::kDmaCompute) {
-        fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy or "
-                               "nisa.dma_compute");
+      const bool transpose = cur_->op == Op::kDmaTranspose;
+      if (cur_->op != Op::kDmaCopy && cur_->op != Op::kDmaCompute && !transpose) {
+        fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy, "
+                               "nisa.dma_compute or nisa.dma_transpose(dge_mode=swdge)");
+      }
+      if (transpose && (&a != &cur_->args[1] || cur_->ints.at(0) != 1)) {
+        fail("dynamic-offset", "an indirect dma_transpose indexes its source, with dge_mode=nisa.dge_mode.swdge");
       }
       if (on_chip(decl(a).buffer)) {
         fail("dynamic-offset", what + ": a vector offset indexes an HBM tensor (gather from or scatter into HBM)");
       }
       for (const Access& o : cur_->args) {
+        if (transpose) break;  // the destination is the permuted source
         if (o.present() && &o != &a && (o.dims.empty() ? 1 : o.dims[0].size) != n) {
           fail("dynamic-offset", what + " has " + std::to_string(n) + " offsets; the other operand " + describe(o) +
                                  " must have " + std::to_string(n) + " elements in its first dimension too "
@@ -267,9 +272,9 @@ class Verifier {
       fail("dma-transpose", "destination " + describe(dst) + " must have the permuted source shape " +
                                 shape_str(want));
     }
-    if (mode != 0 && mode != 2 && mode != 3) {
-      fail("dma-transpose", "a direct DMA transpose takes dge_mode unknown, hwdge or none (swdge is the indirect "
-                            "form)");
+    if (mode == 1 && !src.index.present()) {
+      fail("dma-transpose", "dge_mode=swdge is the indirect form: give the source a vector_offset (or use unknown, "
+                            "hwdge or none)");
     }
     if (mode == 2) {  // hardware DGE
       if (dtype_size(dt(src)) != 2) {

@@ -366,10 +366,8 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, name=None):
-    """DMA transpose into SBUF: 2-D ``(1, 0)``, 3-D ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)``."""
-    if int(dge_mode) == _dge_mode_t.swdge:
-        raise NotImplementedError("dma_transpose: the indirect (swdge) form needs indirect access patterns, "
-                                  "which this simulator does not support yet")
+    """DMA transpose into SBUF: 2-D ``(1, 0)``, 3-D ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)``. With
+    ``dge_mode=swdge`` the source carries a ``vector_offset`` (rows gathered at run time)."""
     axes = [] if axes is None else [int(a) for a in axes]
     current().emit(_DMA_TRANSPOSE, [_t(dst, "dst"), _t(src, "src")], [int(dge_mode)] + axes)
 
