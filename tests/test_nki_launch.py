@@ -331,3 +331,21 @@ def test_nkiobject_dataclasses_are_built_as_aws_kernels_build_them():
         return scale_rows(x, float(sizes.scale))
 
     np.testing.assert_array_equal(nki.simulate(k)(x, z), x * F32(2))
+
+
+def test_memset_takes_a_whole_float_for_an_integer_tile():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((4, 4), nl.uint32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0.0)  # as AWS's cross-partition copy writes it
+        u = nl.ndarray((4, 4), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=u, value=-3.0)
+        o1 = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(u.shape, u.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=t)
+        nisa.dma_copy(dst=o2, src=u)
+        return o1, o2
+
+    o1, o2 = nki.simulate(k)(table(1, 1))
+    np.testing.assert_array_equal(o1, np.zeros((4, 4), np.uint32))
+    np.testing.assert_array_equal(o2, np.full((4, 4), -3, np.int32))

@@ -339,9 +339,9 @@ def test_dtype_tensor_scalar_column_operand_is_float32():
 def test_dtype_memset_float_into_int():
     def k(x):
         t = nl.ndarray((8, 8), nl.int32, buffer=nl.sbuf)
-        nisa.memset(dst=t, value=2.0)  # <-
+        nisa.memset(dst=t, value=2.5)  # <-
 
-    expect_error(k, "dtype", "value 2.0 is a float but dst is int32", z(1, 1))
+    expect_error(k, "dtype", "value 2.5 is not a whole number but dst is int32", z(1, 1))
 
 
 def test_dtype_transpose_keeps_dtype():

@@ -103,9 +103,12 @@ def memset(dst, value, engine=engine.unknown, name=None):
     _t(dst, "dst")
     _no_gpsimd_psum("memset", engine, dst)
     is_int_dtype = dst.dtype.startswith(("int", "uint")) or dst.dtype == "bool_"
+    # A whole float (AWS's kernels fill integer tiles with 0.0) is that integer; a fraction is an error.
     if isinstance(value, float) and is_int_dtype and value == value and value not in (float("inf"), float("-inf")):
-        raise NkiValidationError(f"memset: value {value!r} is a float but dst is {dst.dtype}; pass an int",
-                                 "dtype", *_here())
+        if not value.is_integer():
+            raise NkiValidationError(f"memset: value {value!r} is not a whole number but dst is {dst.dtype}; pass "
+                                     "an int", "dtype", *_here())
+        value = int(value)
     current().emit(_MEMSET, [dst], floats=[float(value)])
 
 
