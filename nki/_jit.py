@@ -249,6 +249,8 @@ class _Launch:
 
 
 def _run(compiled: _Compiled, tensors: list):
+    import numpy as np
+
     kinds = {t.kind for t in tensors}
     if len(kinds) > 1:
         raise TypeError("an NKI kernel takes either numpy arrays or torch tensors, not both")
@@ -289,8 +291,6 @@ def _run(compiled: _Compiled, tensors: list):
         if device.type == "neuron":
             torch.neuron.synchronize(device)
     else:
-        import numpy as np
-
         for t in tensors:
             x = t.value
             if not x.flags.c_contiguous or not x.flags.writeable:
@@ -309,8 +309,6 @@ def _run(compiled: _Compiled, tensors: list):
             o = np.empty(shape, dtype=_numpy_dtype(dtype))
             outs.append(o)
             addresses.append(o.ctypes.data)
-    import numpy as np
-
     # Per run: a fresh copy of each constant (a kernel that writes one does not change the next
     # run) and fresh shared-HBM scratch, one set for the launch when its programs share it.
     fresh, per_program = [], []

@@ -373,17 +373,12 @@ struct Program::State {
   // An access's elements as raw bytes, densely in access order (and back).
   void gather_raw(const Access& a, std::vector<uint8_t>& out) {
     const size_t es = dtype_size(dt(a));
-    if (a.index.present()) {  // a vector index (indirect dma_transpose): row w starts idx[w] rows in
+    if (a.index.present()) {  // a vector index (indirect dma_transpose; exec_dynamic checked the rows)
       out.clear();
       std::vector<uint8_t> row_bytes;
+      int64_t v;
       for (int64_t w = 0; w < a.dims[0].size; ++w) {
-        Access row = a;
-        const int64_t v = index_value(a.index, w);
-        row.offset += v * a.index.stride;
-        row.index = {};
-        row.dims[0].size = 1;
-        if (!in_bounds(row)) throw std::out_of_range(indirect_oob_message(row, v));
-        gather_raw(row, row_bytes);
+        gather_raw(resolved(a, w, &v), row_bytes);
         out.insert(out.end(), row_bytes.begin(), row_bytes.end());
       }
       return;
@@ -691,9 +686,18 @@ struct Program::State {
     return v;
   }
   bool in_bounds(const Access& a) const {
-    int64_t lo = a.offset, hi = a.offset;
-    for (const Dim& d : a.dims) ((d.stride < 0) ? lo : hi) += (d.size - 1) * d.stride;
+    const auto [lo, hi] = a.span();
     return lo >= 0 && hi < p.k_.tensors[a.tensor].elements();
+  }
+  // The access with its run-time index applied: the whole access for a scalar index, row w of
+  // dims[0] for a vector one. *value is the index read.
+  Access resolved(const Access& a, int64_t w, int64_t* value) {
+    Access r = a;
+    *value = index_value(a.index, a.index.vector ? w : 0);
+    r.offset += *value * a.index.stride;
+    if (a.index.vector) r.dims[0].size = 1;
+    r.index = {};
+    return r;
   }
   [[noreturn]] void out_of_bounds(const Instr& in, const Access& a, int64_t value) const {
     const TensorDecl& t = p.k_.tensors[a.tensor];
@@ -704,15 +708,11 @@ struct Program::State {
                                                      "accesses"
                                                    : ""));
   }
-  std::string indirect_oob_message(const Access& a, int64_t value) const {
-    const TensorDecl& t = p.k_.tensors[a.tensor];
-    return "nki: dma_transpose: the run-time offset " + std::to_string(value) + " puts a row of '" + t.name +
-           "' outside the tensor (" + std::to_string(t.elements()) + " elements)";
-  }
   void exec_dynamic(const Instr& in) {
     const bool skip = (in.op == Op::kDmaCopy || in.op == Op::kDmaCompute) && !in.ints.empty() && in.ints[0] == 1;
     Instr r = in;
     std::vector<size_t> vec;  // operands with a vector index (a read-modify-write has two)
+    int64_t v;
     for (size_t i = 0; i < r.args.size(); ++i) {
       Access& a = r.args[i];
       if (!a.present() || !a.index.present()) continue;
@@ -720,17 +720,21 @@ struct Program::State {
         vec.push_back(i);
         continue;
       }
-      const int64_t v = index_value(a.index, 0);
-      a.offset += v * a.index.stride;
-      a.index = {};
+      a = resolved(a, 0, &v);
       if (!in_bounds(a)) {
         if (skip) return;
         out_of_bounds(in, a, v);
       }
     }
     if (vec.empty()) return exec(r);
-    if (in.op == Op::kDmaTranspose) return exec(r);  // its source is gathered row by row (gather_raw)
     const int64_t n = r.args[vec[0]].dims[0].size;  // the verifier made every operand's dims[0] n long
+    if (in.op == Op::kDmaTranspose) {  // its source is gathered row by row (gather_raw), then transposed
+      for (int64_t w = 0; w < n; ++w) {
+        const Access row = resolved(r.args[vec[0]], w, &v);
+        if (!in_bounds(row)) out_of_bounds(in, row, v);
+      }
+      return exec(r);
+    }
     for (int64_t w = 0; w < n; ++w) {
       Instr row = r;
       bool outside = false;
@@ -738,10 +742,7 @@ struct Program::State {
         Access& a = row.args[i];
         if (!a.present()) continue;
         if (a.index.present()) {
-          const int64_t v = index_value(a.index, w);
-          a.offset += v * a.index.stride;
-          a.index = {};
-          a.dims[0].size = 1;
+          a = resolved(a, w, &v);
           if (!in_bounds(a)) {
             if (!skip) out_of_bounds(in, a, v);
             outside = true;
@@ -1345,11 +1346,6 @@ struct Program::State {
 
 Program::Program(Kernel k) : k_(std::move(k)) {
   verify(k_);
-  for (TensorDecl& t : k_.tensors) {  // an alias of a kernel argument is that argument's memory
-    int base = t.alias;
-    while (base >= 0 && k_.tensors[base].alias >= 0) base = k_.tensors[base].alias;
-    if (base >= 0) t.external = k_.tensors[base].external;
-  }
   plan();
 }
 
@@ -1382,10 +1378,11 @@ void Program::plan() {
     std::sort(active.begin(), active.end(), [](const Block& x, const Block& y) { return x.begin < y.begin; });
     alloc_at_[first[t]].push_back(t);
   }
-  for (size_t t = 0; t < nt; ++t) {  // aliases share their base's bytes
-    int base = k_.tensors[t].alias;
-    while (base >= 0 && k_.tensors[base].alias >= 0) base = k_.tensors[base].alias;
-    if (base >= 0) offset_[t] = offset_[base];
+  for (size_t t = 0; t < nt; ++t) {  // an alias is its base's memory: the same bytes or argument
+    TensorDecl& d = k_.tensors[t];
+    if (d.alias < 0) continue;
+    offset_[t] = offset_[d.alias];
+    d.external = k_.tensors[d.alias].external;
   }
   arena_.assign(top, 0);
   psum_written_.assign(top, 0);

@@ -76,17 +76,22 @@ int64_t Access::free_elements() const {
   return n;
 }
 
+std::pair<int64_t, int64_t> Access::span() const {
+  int64_t lo = offset, hi = offset;
+  for (const Dim& d : dims) (d.stride < 0 ? lo : hi) += (d.size - 1) * d.stride;
+  return {lo, hi};
+}
+
 LiveRanges live_ranges(const Kernel& k) {
   LiveRanges r{std::vector<int>(k.tensors.size(), -1), std::vector<int>(k.tensors.size(), -1)};
   for (size_t i = 0; i < k.instrs.size(); ++i) {
     for (const Access& a : k.instrs[i].args) {
       if (!a.present()) continue;
       // A run-time index is read by the instruction too; an alias uses its base's memory.
-      for (int t : {a.tensor, a.index.tensor}) {
-        for (; t >= 0; t = k.tensors[t].alias) {
-          if (r.first[t] < 0) r.first[t] = static_cast<int>(i);
-          r.last[t] = static_cast<int>(i);
-        }
+      for (int t : {a.tensor, a.index.tensor, k.tensors[a.tensor].alias}) {
+        if (t < 0) continue;
+        if (r.first[t] < 0) r.first[t] = static_cast<int>(i);
+        r.last[t] = static_cast<int>(i);
       }
     }
   }

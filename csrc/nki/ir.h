@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace neuron::nki {
@@ -43,7 +44,8 @@ struct TensorDecl {
   Loc loc;
   int external = -1;  // slot in the pointer list given to Program::run; -1 = simulator memory
   // Another tensor whose bytes this one reinterprets (view(dtype), ap(dtype=)); -1 = its own.
-  // An alias has no memory of its own: it keeps its base alive and shares its bytes.
+  // An alias has no memory of its own: it keeps its base alive and shares its bytes. Aliases
+  // never chain: the base is always a tensor with memory of its own.
   int alias = -1;
 
   int64_t elements() const;
@@ -82,6 +84,8 @@ struct Access {
   int64_t elements() const;
   int64_t partitions() const { return dims.empty() ? 1 : dims[0].size; }
   int64_t free_elements() const;  // elements per partition
+  // The lowest and highest storage element the access touches (its static offset).
+  std::pair<int64_t, int64_t> span() const;
 };
 
 // Operations. Operand order and attribute layout of each are documented in nki/isa/__init__.py, the

@@ -138,12 +138,10 @@ class Verifier {
       }
     }
     const TensorDecl& t = decl(a);
-    int64_t lo = a.offset, hi = a.offset;
     for (const Dim& d : a.dims) {
       if (d.size <= 0) fail("out-of-bounds", "an access to " + describe(a) + " has an empty dimension");
-      int64_t ext = (d.size - 1) * d.stride;
-      (ext < 0 ? lo : hi) += ext;
     }
+    const auto [lo, hi] = a.span();
     if (lo < 0 || hi >= t.elements()) {
       fail("out-of-bounds", "an access to " + describe(a) + " reaches element " + std::to_string(lo < 0 ? lo : hi) +
                                 " of a tensor of shape " + shape_str(t.shape) + " (" + std::to_string(t.elements()) +

@@ -74,6 +74,7 @@ void register_nki(py::module_& parent) {
            [](KernelBuilder& b, int base, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
               int line) {
              const neuron::nki::TensorDecl& of = b.k.tensors.at(base);
+             if (of.alias >= 0) base = of.alias;  // an alias of an alias reinterprets the same base
              neuron::nki::TensorDecl t{of.buffer, static_cast<neuron::nki::DType>(dtype), std::move(shape),
                                        std::move(name), {std::move(file), line}, -1, base};
              b.k.tensors.push_back(std::move(t));

@@ -418,10 +418,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
 
 
 def _rank(x, what: str) -> int:
-    tr = current()
-    n = 1
-    for g in tr.grid:
-        n *= g
+    n = math.prod(current().grid)
     if not isinstance(x, int) or not 0 <= x < n:
         raise NkiValidationError(f"{what} must be a program of this launch (0..{n - 1}), got {x!r}; cores exchange "
                                  "data within an SPMD launch such as kernel[2]", "shape-mismatch", *_here())
