@@ -5,7 +5,9 @@ import subprocess
 import sys
 
 
-def run_python(code: str, env: dict | None = None, expect_rc: int | None = 0, args: list | None = None) -> str:
+def run_python(code: str, env: dict | None = None, expect_rc: int | None = 0, args: list | None = None,
+               quiet: bool = False) -> str:
+    """``quiet``: the interpreter must also print nothing on stderr (no warning, no log line)."""
     full_env = dict(os.environ)
     for k, v in (env or {}).items():
         if v is None:
@@ -18,4 +20,6 @@ def run_python(code: str, env: dict | None = None, expect_rc: int | None = 0, ar
         raise AssertionError(
             f"exit {proc.returncode} (expected {expect_rc})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
         )
+    if quiet and proc.stderr:
+        raise AssertionError(f"expected nothing on stderr, got:\n{proc.stderr}")
     return proc.stdout + (proc.stderr if expect_rc not in (None, 0) else "")

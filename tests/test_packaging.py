@@ -90,7 +90,7 @@ def test_bad_platform_env_is_a_clear_error(run_python):
 
 
 def test_collect_env_passes_here(run_python):
-    out = run_python("", args=["-m", "torch_neuronx.collect_env"])
+    out = run_python("", args=["-m", "torch_neuronx.collect_env"], quiet=True)
     assert "built against torch:        2.13.0" in out
     assert "visible devices:            4" in out
     assert "Smoke test: passed on 4 device(s)" in out
@@ -101,6 +101,34 @@ def test_collect_env_passes_here(run_python):
 def test_collect_env_fails_when_device_unusable(run_python, env):
     out = run_python("", args=["-m", "torch_neuronx.collect_env"], env=env, expect_rc=1)
     assert "neuron device is NOT usable" in out
+
+
+def test_importing_transformers_prints_nothing(run_python):
+    # Transformers imports torchao, whose CUDA-only extensions cannot load on this torch and
+    # whose enums torch warns about: none of that is about the user's code.
+    pytest.importorskip("torchao")
+    run_python("import torch\nfrom transformers import LlamaForCausalLM\n", quiet=True)
+
+
+def test_other_torchao_and_pytree_warnings_still_show(run_python):
+    pytest.importorskip("torchao")
+    out = run_python(
+        "import enum, logging, os, sys, torch, torchao\n"
+        "sys.stderr = sys.stdout\n"
+        "logging.getLogger('torch.utils._pytree').addHandler(logging.StreamHandler(sys.stdout))\n"
+        "d = os.path.dirname(torchao.__file__)\n"
+        "log = logging.getLogger('torchao')\n"
+        "for name in ('_C.abi3.so', '_C_mxfp8.cpython-311-x86_64-linux-gnu.so'):\n"
+        "    log.warning(f'Failed to load {os.path.join(d, name)}: Could not load this library')\n"
+        "log.warning(f'Failed to load /elsewhere/_C_mxfp8.so: Could not load this library')\n"
+        "class Mine(str, enum.Enum):\n"
+        "    A = 'a'\n"
+        "torch.utils._pytree.register_constant(Mine)\n"
+    )
+    assert "_C.abi3.so: Could not load" in out  # another torchao extension
+    assert "/elsewhere/_C_mxfp8.so" in out  # not torchao's own
+    assert "_C_mxfp8.cpython" not in out
+    assert "Mine'> is an Enum subclass" in out  # the user's enum
 
 
 def test_use_after_fork_raises_advising_spawn(run_python):

@@ -14,6 +14,12 @@ platform error at once on Trainium 2, instead of at the first FP8 matmul.
 
 torchao is imported lazily by users, so its functions are wrapped when its modules load (an
 import hook) or at once when they already have.
+
+Importing torchao (Transformers does, on every import) would also print messages that are not
+about the user's code: on a torch built without CUDA, its CUDA-only extensions (``_C_mxfp8``,
+``_C_cutlass_90a``) cannot load, and its config enums are registered as pytree constants, which
+torch 2.13 logs as deprecated. Logging filters drop exactly those records (`_quiet_import`);
+any other torchao load failure or pytree warning still shows.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import functools
 import importlib.abc
 import importlib.machinery
 import itertools
+import logging
+import os
+import re
 import sys
 
 _MX_LINEAR = "_to_mxfp8_then_scaled_mm"
@@ -140,7 +149,58 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+# torchao's extensions that link libtorch_cuda / libc10_cuda: they cannot load on a torch built
+# without CUDA, and torchao works without them (they hold CUDA kernels only).
+_CUDA_ONLY_EXTENSIONS = re.compile(r"_C_(mxfp8|cutlass_90a)\b[^/]*\.so")
+
+
+def _torchao_dir() -> str | None:
+    spec = importlib.machinery.PathFinder.find_spec("torchao")
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+class _CudaOnlyExtensionFilter(logging.Filter):
+    """Drops torchao's ``Failed to load <its CUDA-only extension>`` warnings when torch has no CUDA
+    (torchao/__init__.py logs the failure of each ``_C*.so`` it finds, then carries on)."""
+
+    def __init__(self, package_dir: str):
+        super().__init__()
+        self._prefix = f"Failed to load {package_dir}{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self._prefix):
+            return True
+        name = message[len(self._prefix):].split(":", 1)[0]
+        return not (os.sep not in name and _CUDA_ONLY_EXTENSIONS.fullmatch(name))
+
+
+class _TorchaoEnumConstantFilter(logging.Filter):
+    """Drops torch's "<enum> is an Enum subclass ... register_constant() ... deprecated" warning
+    for torchao's own enums (``torchao.utils.register_as_pytree_constant`` on its config enums)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith("%s is an Enum subclass")):
+            return True
+        cls = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (isinstance(cls, type) and getattr(cls, "__module__", "").split(".")[0] == "torchao")
+
+
+def _quiet_import() -> None:
+    """Installs the filters above once (a logger's filter sees the records logged on that logger)."""
+    import torch
+
+    loaders = (logging.getLogger("torchao"), logging.getLogger("torch.utils._pytree"))
+    if any(isinstance(f, (_CudaOnlyExtensionFilter, _TorchaoEnumConstantFilter)) for lg in loaders for f in lg.filters):
+        return
+    package_dir = _torchao_dir()
+    if package_dir is not None and torch.version.cuda is None:
+        loaders[0].addFilter(_CudaOnlyExtensionFilter(package_dir))
+    loaders[1].addFilter(_TorchaoEnumConstantFilter())
+
+
 def register() -> None:
+    _quiet_import()
     for name in _PATCHES:
         if name in sys.modules:
             _patch(sys.modules[name])
