@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 import warnings
 
+import pytest
 import torch
 from _subprocess import run_python
 from _tiny_llama import NEURON, llama_pair, tiny_llama_config
@@ -215,6 +216,49 @@ def test_autocast_forward_backward():
     for name, got, want in zip("qkv", leaves, ref_qkv):
         assert got.grad.dtype == torch.float32, name
         torch.testing.assert_close(got.grad.cpu().double(), want.grad, rtol=5e-2, atol=5e-2, msg=name)
+
+
+def batch_bias(bias):
+    """score_mod reading a bias at every (batch, head, query, key), as Transformers' FlexAttention
+    integration reads T5's position bias."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[b, h, q_idx, kv_idx]
+
+    return score_mod
+
+
+@torch.compile(fullgraph=True)
+def flex_batch_bias(q, k, v, block_mask, bias):
+    # expanded to the batch here: a captured tensor is not broadcast by the index
+    return flex_attention(q, k, v, score_mod=batch_bias(bias.expand(q.size(0), -1, -1, -1)), block_mask=block_mask,
+                          enable_gqa=True)
+
+
+def test_bias_of_batch_one_read_at_the_batch_index_names_the_tensor():
+    # T5's position bias has batch size 1 and Transformers' score_mod reads it at index b: past
+    # its end for every batch but the first. That is the model's read, not a broadcast the
+    # device should make: Inductor's C++ code on the CPU stops at the same read when it runs;
+    # neuron refuses the graph before generating code, saying which tensor.
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, 2, 32, 16) for _ in range(3))
+    bias = torch.randn(1, 2, 32, 32)
+    compiled = torch.compile(lambda q, k, v, bias: flex_attention(q, k, v, score_mod=batch_bias(bias)),
+                             fullgraph=True)
+    with pytest.raises(Exception, match=r"score_mod reads the tensor it captured as buffer 0 \(shape \[1, 2, 32, 32\]\) "
+                                        r"at dimension 0 with index b \(b = the batch index, 0\.\.1\).*size 1"):
+        compiled(*(t.to(NEURON) for t in (q, k, v, bias)))
+    with pytest.raises(RuntimeError, match="index out of bounds"):
+        compiled(q, k, v, bias)  # the CPU oracle
+
+
+def test_bias_expanded_to_the_batch_forward_backward():
+    # The same bias expanded to the batch (the fix for such a model) trains, its gradient summed
+    # over the batch.
+    torch.manual_seed(8)
+    bias = 0.5 * torch.randn(1, HQ, L, L)
+    _train_and_check(flex_batch_bias, _causal, *qkv(seed=9), bias,
+                     score_mod=lambda bias: batch_bias(bias.expand(B, -1, -1, -1)))
 
 
 _THREADS_PROGRAM = textwrap.dedent("""

@@ -113,6 +113,107 @@ def register_autocast() -> None:
 # ---------------------------------------------------------------- Inductor
 
 
+def _check_captured_reads(graph: torch.fx.Graph) -> None:
+    """Raises IndexError, before any code is generated, when a score_mod or mask_mod reads a
+    tensor it captured at an index that runs past that tensor's size, naming the tensor (which
+    captured buffer, its shape), the dimension and the index argument.
+
+    A captured tensor is not broadcast: ``bias[b, h, q_idx, kv_idx]`` with a bias of batch
+    size 1 reads past its end for every batch but the first. Inductor's C++ code on the CPU
+    stops there too, but only when the kernel runs, with ``index out of bounds: tmp9 < 1L``
+    (on CUDA the read is not checked). Only indices that are linear in ``b``, ``h``,
+    ``q_idx``, ``kv_idx`` (plus constants) are checked, exactly; anything else is left to the
+    kernel's own check."""
+    hops = torch.ops.higher_order
+    root = graph.owning_module
+
+    def shape(node):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        return tuple(int(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
+
+    def check(mod_node, kind, n_scalar, buffers, q, k):
+        qs, ks = shape(q), shape(k)
+        if qs is None or ks is None or not isinstance(mod_node, torch.fx.Node) or mod_node.op != "get_attr":
+            return
+        names = ("b", "h", "q_idx", "kv_idx")
+        sizes = (qs[0], qs[1], qs[2], ks[2])
+        meaning = ("batch", "head", "query", "key")
+        sub = getattr(root, mod_node.target).graph
+        ph = [n for n in sub.nodes if n.op == "placeholder"]
+        # index expression of a node: ({argument position: coefficient}, constant), exact
+        linear = {n: ({i: 1}, 0) for i, n in enumerate(ph[n_scalar - 4:n_scalar])}
+        # tensor read of a node: (buffer position, the buffer's dimensions still in the view)
+        views = {n: (i, list(range(len(shape(b) or ())))) for i, (n, b) in enumerate(zip(ph[n_scalar:], buffers))
+                 if shape(b) is not None}
+
+        def lin(x):
+            if isinstance(x, int) and not isinstance(x, bool):
+                return {}, x
+            return linear.get(x)
+
+        aten = torch.ops.aten
+        for n in sub.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor) and len(n.args) == 2:
+                a, c = lin(n.args[0]), lin(n.args[1])
+                if a is None or c is None or n.kwargs.get("alpha", 1) != 1:
+                    continue
+                if n.target is aten.mul.Tensor:
+                    if a[0] and c[0]:
+                        continue  # not linear
+                    (v, f), m = (a, c[1]) if a[0] else (c, a[1])
+                    linear[n] = ({i: x * m for i, x in v.items()}, f * m)
+                else:
+                    sign = -1 if n.target is aten.sub.Tensor else 1
+                    coef = dict(a[0])
+                    for i, x in c[0].items():
+                        coef[i] = coef.get(i, 0) + sign * x
+                    linear[n] = (coef, a[1] + sign * c[1])
+            elif n.target is aten.select.int and n.args[0] in views:
+                buf, dims = views[n.args[0]]
+                views[n] = (buf, dims[:n.args[1]] + dims[n.args[1] + 1:])
+            elif n.target is aten.index.Tensor and n.args[0] in views:
+                buf, dims = views[n.args[0]]
+                indices = list(n.args[1])
+                for pos, idx in enumerate(indices):
+                    e = lin(idx) if idx is not None else None
+                    if e is None or pos >= len(dims):
+                        continue
+                    lo = e[1] + sum(min(0, x * (sizes[i] - 1)) for i, x in e[0].items())
+                    hi = e[1] + sum(max(0, x * (sizes[i] - 1)) for i, x in e[0].items())
+                    size = shape(buffers[buf])[dims[pos]]
+                    if lo < -size or hi >= size:
+                        what = " + ".join(f"{x}*{names[i]}" if x != 1 else names[i] for i, x in e[0].items())
+                        what = what or str(e[1])
+                        if e[0] and e[1]:
+                            what += f" {'+' if e[1] > 0 else '-'} {abs(e[1])}"
+                        roles = ", ".join(f"{names[i]} = the {meaning[i]} index, 0..{sizes[i] - 1}" for i in e[0])
+                        raise IndexError(
+                            f"flex_attention on neuron: the {kind} reads the tensor it captured as buffer {buf} "
+                            f"(shape {list(shape(buffers[buf]))}) at dimension {dims[pos]} with index {what}"
+                            + (f" ({roles})" if roles else "") + f", which runs from {lo} to {hi}: out of bounds "
+                            f"for size {size}. Captured tensors are not broadcast: index a dimension of size 1 "
+                            f"with 0, or expand the tensor to the full size before flex_attention. (Inductor "
+                            f"on the CPU stops at the same read with 'index out of bounds'.)")
+                views[n] = (buf, [d for p, d in enumerate(dims) if p >= len(indices) or indices[p] is None])
+
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is hops.flex_attention:
+            q, k, _, score_mod, block_mask, *_ = n.args
+            score_bufs, mask_bufs = n.args[7], n.args[8]
+        elif n.target is hops.flex_attention_backward:
+            q, k, score_mod, block_mask = n.args[0], n.args[1], n.args[7], n.args[9]
+            score_bufs, mask_bufs = n.args[12], n.args[13]
+        else:
+            continue
+        check(score_mod, "score_mod", 5, list(score_bufs), q, k)
+        if isinstance(block_mask, (tuple, list)) and block_mask:
+            check(block_mask[-1], "mask_mod", 4, list(mask_bufs), q, k)
+
+
 def _decompose_flex_to_dense(graph: torch.fx.Graph) -> None:
     """Neuron FX pass: flex_attention nodes whose logsumexp/max are used, and all
     flex_attention_backward nodes, become PyTorch's dense math implementation (see the module
@@ -176,6 +277,7 @@ def _decompose_flex_to_dense(graph: torch.fx.Graph) -> None:
         for n in graph.nodes
     ):
         return
+    _check_captured_reads(graph)  # only raises: the generated code does not depend on it
     root = graph.owning_module
 
     def split(args):
