@@ -64,7 +64,9 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from torch_neuronx import _device_defaults, _multiprocessing, _safetensors, _torchao, compile, distributed
+    from torch_neuronx import (
+        _device_defaults, _multiprocessing, _safetensors, _torchao, _transformers, compile, distributed,
+    )
 
     _device_defaults.register()
     compile.register()
@@ -72,6 +74,7 @@ def _register() -> None:
     _multiprocessing.register()
     _safetensors.register()
     _torchao.register()
+    _transformers.register()
     import atexit
 
     atexit.register(_neuron_module._drain_autograd_workers)

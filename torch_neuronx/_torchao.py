@@ -25,7 +25,6 @@ any other torchao load failure or pytree warning still shows.
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import importlib.machinery
 import itertools
 import logging
@@ -123,32 +122,6 @@ _PATCHES = {
 }
 
 
-def _patch(module) -> None:
-    _PATCHES[module.__name__](module)
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner):
-        self._inner = inner
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in _PATCHES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
-
-
 # torchao's extensions that link libtorch_cuda / libc10_cuda: they cannot load on a torch built
 # without CUDA, and torchao works without them (they hold CUDA kernels only).
 _CUDA_ONLY_EXTENSIONS = re.compile(r"_C_(mxfp8|cutlass_90a)\b[^/]*\.so")
@@ -200,9 +173,8 @@ def _quiet_import() -> None:
 
 
 def register() -> None:
+    from torch_neuronx._import_hook import on_import
+
     _quiet_import()
-    for name in _PATCHES:
-        if name in sys.modules:
-            _patch(sys.modules[name])
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    for name, patch in _PATCHES.items():
+        on_import(name, patch)
