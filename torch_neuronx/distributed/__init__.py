@@ -95,6 +95,34 @@ def _fix_default_backend() -> None:
     c10d._new_process_group_helper = _new_process_group_helper
 
 
+def _fake_backend_serves_neuron() -> None:
+    # torch's "fake" process group (one process standing for every rank: LocalTensorMode,
+    # cross-compilation) communicates nothing, whatever the device, but is declared for
+    # cpu/cuda/hpu/xpu only, so a neuron DeviceMesh over it has no backend ("No backend type
+    # associated with device type neuron"). torch.testing's fake_pg, imported by
+    # init_process_group("fake"), registers it again with that list: neuron is added then too.
+    fake = getattr(dist.Backend, "FAKE", None)
+    if fake is None:
+        return
+    caps = dist.Backend.backend_capability.get(fake)
+    if caps is not None and "neuron" not in caps:
+        dist.Backend.backend_capability[fake] = [*caps, "neuron"]
+    original = dist.Backend.register_backend
+    if getattr(original, "_neuron_patched", False):
+        return
+
+    def register_backend(name, func, extended_api=False, devices=None):
+        if str(name).lower() == fake and devices is not None:
+            devices = [devices] if isinstance(devices, str) else list(devices)
+            if "neuron" not in devices:
+                devices.append("neuron")
+        return original(name, func, extended_api, devices)
+
+    register_backend._neuron_patched = True
+    register_backend.__doc__ = original.__doc__
+    dist.Backend.register_backend = staticmethod(register_backend)
+
+
 def _patch_monitored_barrier() -> None:
     # torch's monitored_barrier refuses any backend but gloo by name; ours implements it.
     c10d = dist.distributed_c10d
@@ -140,3 +168,4 @@ def register() -> None:
         dist.Backend.register_backend("neuron", _create_backend, extended_api=True, devices=["neuron"])
     _fix_default_backend()
     _patch_monitored_barrier()
+    _fake_backend_serves_neuron()

@@ -36,7 +36,12 @@ def get_rng_state_all() -> list[torch.Tensor]:
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
         raise TypeError("set_rng_state expects a torch.ByteTensor, as returned by get_rng_state()")
-    _generator(device).set_state(new_state.cpu())
+    if new_state.device.type != "cpu":
+        new_state = new_state.cpu()
+    # The generator reads the CPU tensor's bytes itself, as torch.cuda.set_rng_state does: no
+    # op is dispatched, so this works under FakeTensorMode and LocalTensorMode (which set each
+    # simulated rank's state while sharding propagation runs on fake tensors).
+    _generator(device).set_state(new_state)
 
 
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
