@@ -104,10 +104,10 @@ class Trace:
             self.shared.append((tid, itemsize(dtype) * math.prod(shape)))
         return tid
 
-    def emit(self, op: int, args: Sequence, ints=(), floats=()) -> None:
+    def emit(self, op: int, args: Sequence, ints=(), floats=(), text: str = "") -> None:
         file, line = source_location()
         accesses = [a._access() if a is not None else (-1, 0, [], -1, 0, 0, 0, False) for a in args]
-        self.builder.instr(op, accesses, [int(i) for i in ints], [float(f) for f in floats], file, line)
+        self.builder.instr(op, accesses, [int(i) for i in ints], [float(f) for f in floats], file, line, text)
 
 
 _local = threading.local()

@@ -10,7 +10,7 @@ import os
 
 from . import _ops
 from . import isa as nisa
-from ._trace import MemoryRegion, NKIObject, NkiTensor, current, ds, normalize_dtype
+from ._trace import MemoryRegion, NKIObject, NkiTensor, _core, current, ds, normalize_dtype
 
 # ---- memories --------------------------------------------------------------------------------
 sbuf = MemoryRegion.sbuf
@@ -210,7 +210,35 @@ class no_reorder:
 
 
 def device_print(print_prefix: str, tensor) -> None:
-    raise NotImplementedError("device_print is not supported by this simulator yet")
+    """Prints ``print_prefix`` and ``tensor``'s values (SBUF, PSUM or HBM) when the kernel runs, in
+    program order: the values it holds at that point. In a launch of several programs each prints,
+    labelled ``[program i of n]``. Output goes to ``sys.stdout`` as ``print(prefix, array)`` shows a
+    numpy array (numpy's print options apply: long tensors are summarized); bf16 / fp16 / fp8
+    values are shown as the exact float32 numbers they are."""
+    t = current()
+    if not isinstance(print_prefix, str):
+        raise TypeError(f"device_print: print_prefix must be a constant string, got {type(print_prefix).__name__}")
+    if not isinstance(tensor, NkiTensor):
+        raise TypeError(f"device_print: tensor must be a tensor (nl.ndarray or a view of one), got "
+                        f"{type(tensor).__name__}")
+    label = print_prefix
+    if math.prod(t.grid) > 1:
+        pid, grid = (t.program_id[0], t.grid[0]) if len(t.grid) == 1 else (t.program_id, t.grid)
+        label = f"[program {pid} of {grid}] {print_prefix}"
+    t.emit(nisa._DEVICE_PRINT, [tensor], text=label)
+
+
+def _write_device_print(label: str, dtype: str, shape, values: bytes) -> None:
+    """The executor's device_print output (fp32 or int64 bytes): through sys.stdout, so pytest's capture
+    and notebooks see it, and flushed, so it stays in order with the program's own prints."""
+    import numpy as np
+
+    array = np.frombuffer(values, np.float32 if dtype.startswith(("float", "bfloat", "tfloat")) else np.int64)
+    array = array.reshape(shape)
+    print(label, array.astype(bool) if dtype == bool_ else array, flush=True)
+
+
+_core.set_print_handler(_write_device_print)
 
 
 # ---- operators (functions that are also op codes) ----------------------------------------------

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -319,9 +321,60 @@ void for_runs(const Access& a, F&& f) {
   }
 }
 
+PrintSink& print_hook() {
+  static PrintSink hook;
+  return hook;
+}
+
+// Hands a device_print's values to the host's sink, or writes them to stdout.
+void emit_print(const PrintedTensor& t) {
+  if (const PrintSink& sink = print_hook()) return sink(t);
+  std::cout << format_printed(t) << std::endl;  // endl flushes: in order with the host's own output
+}
+
 }  // namespace
 
 void set_parallel_for(ParallelFor f) { parallel_hook() = std::move(f); }
+void set_print_sink(PrintSink f) { print_hook() = std::move(f); }
+
+std::string format_printed(const PrintedTensor& t) {
+  const size_t nd = t.shape.size();
+  std::vector<int64_t> stride(nd + 1, 1);  // elements per index of each dimension
+  for (size_t d = nd; d-- > 0;) stride[d] = stride[d + 1] * t.shape[d];
+  const bool summarize = stride[0] > 1000;
+  std::string out = t.label + " ";
+  auto value = [&](int64_t i) {
+    if (t.dtype == DType::kBool) return std::string(t.ints[i] ? "True" : "False");
+    char b[40];
+    if (is_float(t.dtype)) {
+      std::snprintf(b, sizeof b, "%.9g", static_cast<double>(t.floats[i]));  // 9 digits tell any two fp32 apart
+    } else {
+      std::snprintf(b, sizeof b, "%lld", static_cast<long long>(t.ints[i]));
+    }
+    return std::string(b);
+  };
+  auto rows = [&](auto&& self, size_t d, int64_t at) -> void {
+    if (d == nd) {
+      out += value(at);
+      return;
+    }
+    std::string sep(d + 1 == nd ? 1 : d + 2, ' ');  // " " between values, newline + indent between rows
+    if (d + 1 < nd) sep[0] = '\n';
+    out += '[';
+    for (int64_t i = 0; i < t.shape[d]; ++i) {
+      if (i > 0) out += sep;
+      if (summarize && t.shape[d] > 6 && i == 3) {
+        out += "...";
+        out += sep;
+        i = t.shape[d] - 3;
+      }
+      self(self, d + 1, at + i * stride[d + 1]);
+    }
+    out += ']';
+  };
+  rows(rows, 0, 0);
+  return out;
+}
 
 struct Program::State {
   State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {}
@@ -767,7 +820,7 @@ struct Program::State {
     // Whatever an instruction may write gets a new version (matmul writes only PSUM), so a
     // packed copy of an operand is reused only while its tensor is unchanged.
     for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].present() && (in.op != Op::kMatmul || i == 0)) ++version_[a[i].tensor];
+      if (a[i].present() && (in.op != Op::kMatmul || i == 0) && in.op != Op::kDevicePrint) ++version_[a[i].tensor];
     }
     switch (in.op) {
       case Op::kDmaCopy:
@@ -1334,6 +1387,18 @@ struct Program::State {
           for (size_t e = 0; e < acc.size(); ++e) acc[e] += v[e] * scale;
         }
         scatter(a[0], acc.data());
+        return;
+      }
+      case Op::kDevicePrint: {  // reads only: the program's results are the same with or without it
+        PrintedTensor t{in.text, dt(a[0]), {}, {}, {}};
+        for (const Dim& d : a[0].dims) t.shape.push_back(d.size);
+        if (is_float(t.dtype)) {
+          const float* v = gather(a[0], 0);
+          t.floats.assign(v, v + a[0].elements());
+        } else {
+          gather_int(a[0], t.ints);
+        }
+        emit_print(t);
         return;
       }
       case Op::kSendRecv:

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "nki/ir.h"
@@ -21,6 +22,25 @@ namespace neuron::nki {
 // without one the executor runs serially.
 using ParallelFor = std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>;
 void set_parallel_for(ParallelFor f);
+
+// What an nl.device_print hands the host when it runs: its label (the prefix, and which program
+// of a launch printed) and its tensor's elements at that point of the program, row-major in the
+// printed view's shape. Values are widened exactly: float dtypes into `floats` (fp32 holds every
+// bf16 / fp16 / fp8 value), integer and bool dtypes into `ints`.
+struct PrintedTensor {
+  std::string label;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+};
+// Where device_print output goes. The host installs one (the Python bindings print through
+// sys.stdout with numpy's formatting); without one, format_printed() goes to stdout.
+using PrintSink = std::function<void(const PrintedTensor&)>;
+void set_print_sink(PrintSink f);
+// "label [[v v ...] ...]": nested rows like numpy's, the middle of a tensor of over 1000
+// elements elided as "..." (3 items kept at each end of each dimension).
+std::string format_printed(const PrintedTensor& t);
 
 class Program {
  public:

@@ -42,7 +42,8 @@ const char* op_name(Op op) {
       "nc_find_index8", "reciprocal", "tensor_partition_reduce", "scalar_tensor_tensor", "select",
       "tensor_copy_predicated", "select_reduce", "range_select", "tensor_scalar_reduce", "tensor_scalar_cumulative",
       "exponential", "activate2", "nc_match_replace8", "nc_stream_shuffle", "dma_transpose", "nc_n_gather",
-      "local_gather", "nonzero_with_count", "dma_compute", "sendrecv", "core_barrier"};
+      "local_gather", "nonzero_with_count", "dma_compute", "sendrecv", "core_barrier",
+      "device_print"};
   static_assert(sizeof(names) / sizeof(names[0]) == kNumOps, "one name per Op");
   return names[static_cast<int>(op)];
 }

@@ -138,8 +138,10 @@ enum class Op : uint8_t {
   // schedules them, never exec.
   kSendRecv,          // [dst, src]                         ints: send_to_rank, recv_from_rank, pipe_id
   kCoreBarrier,       // [data]                             ints: the cores
+  // nl.device_print: hands the host the values of its operand when it runs (execute.h, PrintSink).
+  kDevicePrint,       // [tensor]                           text: the label (prefix, and which program)
 };
-constexpr int kNumOps = static_cast<int>(Op::kCoreBarrier) + 1;
+constexpr int kNumOps = static_cast<int>(Op::kDevicePrint) + 1;
 inline bool synchronizes(Op op) { return op == Op::kSendRecv || op == Op::kCoreBarrier; }
 const char* op_name(Op op);
 
@@ -170,6 +172,7 @@ struct Instr {
   std::vector<int64_t> ints;
   std::vector<double> floats;
   Loc loc;
+  std::string text = {};  // kDevicePrint's label; empty for every other op
 };
 
 // The simulated NeuronCore generation a kernel is traced for.

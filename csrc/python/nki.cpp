@@ -57,10 +57,10 @@ void register_nki(py::module_& parent) {
            })
       .def("instr",
            [](KernelBuilder& b, int op, const std::vector<PyAccess>& args, std::vector<int64_t> ints,
-              std::vector<double> floats, std::string file, int line) {
+              std::vector<double> floats, std::string file, int line, std::string text) {
              if (op < 0 || op >= neuron::nki::kNumOps) throw std::invalid_argument("nki: unknown op code");
              neuron::nki::Instr in{static_cast<neuron::nki::Op>(op), {}, std::move(ints), std::move(floats),
-                                   {std::move(file), line}};
+                                   {std::move(file), line}, std::move(text)};
              in.args.reserve(args.size());
              for (const auto& [t, off, dims, it, ioff, istep, istride, ivec] : args) {
                Access a{t, off, {}, {it, ioff, istep, istride, ivec}};
@@ -69,7 +69,9 @@ void register_nki(py::module_& parent) {
                in.args.push_back(std::move(a));
              }
              b.k.instrs.push_back(std::move(in));
-           })
+           },
+           py::arg("op"), py::arg("args"), py::arg("ints"), py::arg("floats"), py::arg("file"), py::arg("line"),
+           py::arg("text") = "")
       .def("alias",
            [](KernelBuilder& b, int base, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
               int line) {
@@ -92,6 +94,26 @@ void register_nki(py::module_& parent) {
           throw py::error_already_set();
         }
       });
+  // nl.device_print output: handler(label, dtype name, shape, values) with the values as the bytes of
+  // fp32 (float dtypes) or int64 (integers, bool), called with the GIL from the thread running the kernel.
+  m.def("set_print_handler", [](py::object handler) {
+    if (handler.is_none()) return neuron::nki::set_print_sink(nullptr);
+    // Held for the life of the process: the sink outlives the interpreter's own teardown.
+    PyObject* h = handler.inc_ref().ptr();
+    neuron::nki::set_print_sink([h](const neuron::nki::PrintedTensor& t) {
+      py::gil_scoped_acquire gil;
+      const bool fl = neuron::nki::is_float(t.dtype);
+      const char* data = fl ? reinterpret_cast<const char*>(t.floats.data())
+                            : reinterpret_cast<const char*>(t.ints.data());
+      py::bytes values(data, fl ? t.floats.size() * sizeof(float) : t.ints.size() * sizeof(int64_t));
+      try {
+        py::handle write(h);
+        write(t.label, neuron::nki::dtype_name(t.dtype), t.shape, values);
+      } catch (py::error_already_set& e) {  // raised to the kernel's caller as a RuntimeError
+        throw std::runtime_error("nl.device_print could not write its output: " + std::string(e.what()));
+      }
+    });
+  });
   m.def(
       "run_launch",
       [](const std::vector<std::shared_ptr<Program>>& programs, const std::vector<std::vector<uintptr_t>>& addresses) {

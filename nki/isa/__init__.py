@@ -26,12 +26,12 @@ __all__ = [
     "constants", "sendrecv", "core_barrier", "nonzero_with_count", "dma_compute",
 ]
 
-# Op codes: csrc/nki/ir.h, enum class Op.
+# Op codes: csrc/nki/ir.h, enum class Op (_DEVICE_PRINT is emitted by nl.device_print).
 (_DMA_COPY, _TENSOR_COPY, _MEMSET, _IOTA, _MATMUL, _TRANSPOSE, _TENSOR_TENSOR, _TENSOR_SCALAR, _ACTIVATION,
  _TENSOR_REDUCE, _SCAN, _AFFINE_SELECT, _BN_STATS, _BN_AGGR, _MAX8, _FIND_INDEX8, _RECIPROCAL, _PARTITION_REDUCE,
  _SCALAR_TENSOR_TENSOR, _SELECT, _COPY_PREDICATED, _SELECT_REDUCE, _RANGE_SELECT, _TENSOR_SCALAR_REDUCE,
  _TENSOR_SCALAR_CUMULATIVE, _EXPONENTIAL, _ACTIVATE2, _MATCH_REPLACE8, _STREAM_SHUFFLE, _DMA_TRANSPOSE, _N_GATHER,
- _LOCAL_GATHER, _NONZERO_WITH_COUNT, _DMA_COMPUTE, _SENDRECV, _CORE_BARRIER) = range(36)
+ _LOCAL_GATHER, _NONZERO_WITH_COUNT, _DMA_COMPUTE, _SENDRECV, _CORE_BARRIER, _DEVICE_PRINT) = range(37)
 
 
 unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine = (

@@ -125,3 +125,56 @@ TEST(NkiVerifier, MatmulMovingFreeLimit) {
     EXPECT_EQ(e.loc.line, 3);
   }
 }
+
+TEST(NkiExecutor, DevicePrintHandsOverValuesInProgramOrderAndChangesNothing) {
+  // memset 1.5 -> print -> memset -2 -> print a bf16 copy, an int32 copy and a strided view -> store.
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int out = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, 3}, 0);
+  const int t = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {2, 3});
+  const int bf = tensor(k, nk::Buffer::kSbuf, nk::DType::kBFloat16, {2, 3});
+  const int i32 = tensor(k, nk::Buffer::kSbuf, nk::DType::kInt32, {2, 3});
+  auto print = [&](nk::Access a, const char* label) {
+    k.instrs.push_back({nk::Op::kDevicePrint, {std::move(a)}, {}, {}, {"kernel.py", 0}, label});
+  };
+  instr(k, nk::Op::kMemset, {whole(k, t)}, {}, {1.5});
+  print(whole(k, t), "first:");
+  instr(k, nk::Op::kMemset, {whole(k, t)}, {}, {-2.0});
+  instr(k, nk::Op::kIota, {whole(k, i32)}, {7, 10, 1, 3});  // 7 + 10 * partition + column
+  instr(k, nk::Op::kTensorCopy, {whole(k, bf), whole(k, t)}, {0});
+  print(whole(k, bf), "bf16:");
+  print(whole(k, i32), "ints:");
+  print({t, 1, {{3, 2}, {1, 1}}}, "column 1:");  // t[:, 1:2]
+  instr(k, nk::Op::kDmaCopy, {whole(k, out), whole(k, t)});
+  nk::Program p(std::move(k));
+
+  std::vector<nk::PrintedTensor> got;
+  nk::set_print_sink([&](const nk::PrintedTensor& x) { got.push_back(x); });
+  std::vector<float> O(6, 0);
+  p.run({O.data()});
+  nk::set_print_sink(nullptr);
+  for (float v : O) EXPECT_EQ(v, -2.0f);  // the store after the prints sees the kernel's values
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].label, "first:");
+  EXPECT_EQ(got[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(got[0].floats, std::vector<float>(6, 1.5f));  // the value at that point, not the final one
+  EXPECT_EQ(got[1].dtype, nk::DType::kBFloat16);
+  EXPECT_EQ(got[1].floats, std::vector<float>(6, -2.0f));
+  EXPECT_EQ(got[2].ints, (std::vector<int64_t>{7, 8, 9, 17, 18, 19}));
+  EXPECT_TRUE(got[2].floats.empty());
+  EXPECT_EQ(got[3].shape, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(got[3].floats, std::vector<float>(2, -2.0f));
+}
+
+TEST(NkiExecutor, DevicePrintFormatsLikeNumpyAndSummarizesLargeTensors) {
+  nk::PrintedTensor small{"x:", nk::DType::kFloat32, {2, 2}, {1.0f, 0.5f, -3.0f, 0.1f}, {}};
+  EXPECT_EQ(nk::format_printed(small), "x: [[1 0.5]\n [-3 0.100000001]]");
+  nk::PrintedTensor flags{"b", nk::DType::kBool, {3}, {}, {1, 0, 1}};
+  EXPECT_EQ(nk::format_printed(flags), "b [True False True]");
+  nk::PrintedTensor big{"big", nk::DType::kInt32, {100, 20}, {}, std::vector<int64_t>(2000)};
+  for (int64_t i = 0; i < 2000; ++i) big.ints[i] = i;
+  const std::string s = nk::format_printed(big);
+  EXPECT_EQ(s.rfind("big [[0 1 2 ... 17 18 19]\n [20 21 22 ... 37 38 39]\n [40 ", 0), 0u) << s;
+  EXPECT_NE(s.find(" ...\n [1940 1941 1942 ... 1957 1958 1959]"), std::string::npos) << s;
+  EXPECT_EQ(s.substr(s.size() - 20), "... 1997 1998 1999]]") << s;
+  EXPECT_EQ(s.find("100 101"), std::string::npos);  // rows 3..96 are elided
+}
