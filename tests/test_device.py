@@ -125,6 +125,34 @@ def test_events_ordering_and_elapsed_time():
     assert torch.equal((z + 1).cpu(), torch.full((8,), 3.0))
 
 
+def test_sleep_holds_the_current_stream_busy():
+    # torch.neuron._sleep as torch.cuda._sleep (what PyTorch's FSDP2 stream tests call through
+    # common_utils.device_sleep): launched on the current stream, and an event recorded after
+    # it completes after it. The busy wait lasts cycles / engine clock by construction, so the
+    # elapsed time has a lower bound only.
+    from torch.testing._internal.common_utils import device_sleep
+
+    from torch_neuronx import _C
+
+    cycles = int(torch.neuron.get_platform()["engine_ghz"] * 1e6 * 20)  # 20 ms
+    side, default = torch.neuron.Stream(), torch.neuron.current_stream()
+    before = [_C._stream_launch_count(0, s.stream_id) for s in (side, default)]
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    with torch.neuron.stream(side):
+        start.record()
+        device_sleep("neuron", cycles)
+        end.record()
+    default.wait_event(end)
+    assert [_C._stream_launch_count(0, s.stream_id) for s in (side, default)] == [before[0] + 1, before[1]]
+    end.synchronize()
+    assert end.query() and side.query()
+    assert start.elapsed_time(end) >= 20.0 * 0.999
+    with pytest.raises(ValueError, match="non-negative"):
+        torch.neuron._sleep(-1)
+    with pytest.raises(TypeError, match="integer"):
+        torch.neuron._sleep(1.5)
+
+
 def test_event_misuse_messages():
     a = torch.neuron.Event()  # timing disabled
     b = torch.neuron.Event()

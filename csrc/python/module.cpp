@@ -42,6 +42,7 @@ py::dict platform_dict() {
   d["psum_bytes_per_core"] = p.chip->psum_bytes;
   d["supports_fp8"] = p.chip->supports_fp8;
   d["supports_mx"] = p.chip->supports_mx;
+  d["engine_ghz"] = p.chip->engine_ghz;
   d["launch_blocking"] = p.launch_blocking;
   d["memory_source"] = p.memory_source;
   d["device_count"] = p.devices.size();
@@ -137,6 +138,15 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_stream_priority", [](int d, int64_t id) { return rt_call([&] { return rt::stream_priority(d, id); }); });
+  m.def("_stream_launch_count", [](int d, int64_t id) { return rt_call([&] { return rt::stream_launch_count(d, id); }); });
+  m.def(
+      "_sleep",
+      [](int64_t cycles) {
+        c10::Device d(kNeuron, current_device());
+        const int64_t stream = c10::impl::getDeviceGuardImpl(kNeuron)->getStream(d).id();
+        rt_call([&] { rt::sleep_cycles(d.index(), stream, cycles); });
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_stream_priority_range", [] { return py::make_tuple(rt::kLowestPriority, rt::kHighestPriority); });
 
   m.def("_executed_ops", [] { return pairs(executed_ops()); });

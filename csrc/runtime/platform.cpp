@@ -20,9 +20,9 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr long long kMaxCoreId = 65535;
 
 const ChipFacts kTrn2{Chip::kTrn2, "trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9, 667, 181, 1299,
-                      24 * kMiB, 2 * kMiB, false, false};
+                      24 * kMiB, 2 * kMiB, false, false, 1.2};
 const ChipFacts kTrn3{Chip::kTrn3, "trn3", "NeuronCore-v4", 8, 144 * kGiB, 4.9, 671, 183, 2517,
-                      32 * kMiB, 2 * kMiB, true, true};
+                      32 * kMiB, 2 * kMiB, true, true, 1.2};
 
 [[noreturn]] void config_fail(const std::string& msg) { throw Error(ErrorCode::kConfig, msg); }
 

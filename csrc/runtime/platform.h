@@ -25,6 +25,7 @@ struct ChipFacts {
   uint64_t psum_bytes;         // per physical core
   bool supports_fp8;
   bool supports_mx;
+  double engine_ghz;           // ScalarE / GpSimdE clock: the cycles torch.neuron._sleep counts
 };
 
 const ChipFacts& chip_facts(Chip chip);

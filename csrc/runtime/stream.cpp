@@ -73,6 +73,17 @@ void launch(int device, StreamId id, const std::function<void()>& work) {
   work();
 }
 
+void sleep_cycles(int device, StreamId id, int64_t cycles) {
+  if (cycles < 0) throw Error(ErrorCode::kInvalidArgument, "_sleep: cycles must be >= 0.");
+  const double seconds = static_cast<double>(cycles) / (platform().chip->engine_ghz * 1e9);
+  launch(device, id, [seconds] {
+    // Busy, not sleeping: the stream's work occupies its engine for the whole time.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  });
+}
+
 uint64_t stream_launch_count(int device, StreamId id) {
   check_device(device);
   std::lock_guard<std::mutex> lock(g_mu);

@@ -27,6 +27,9 @@ int stream_priority(int device, StreamId id);
 // Runs `work` on the stream (synchronously) and counts it.
 void launch(int device, StreamId id, const std::function<void()>& work);
 uint64_t stream_launch_count(int device, StreamId id);
+// Launches a busy wait of `cycles` cycles of the chip's engine clock (ChipFacts::engine_ghz) on
+// the stream: the stream is busy for cycles / clock, as CUDA's _sleep holds a stream busy.
+void sleep_cycles(int device, StreamId id, int64_t cycles);
 bool stream_query(int device, StreamId id);
 void stream_synchronize(int device, StreamId id);
 void device_synchronize(int device);

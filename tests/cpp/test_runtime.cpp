@@ -774,6 +774,19 @@ TEST_F(Streams, PrioritiesAreClamped) {
   RT_ERROR(rt::stream_priority(4, rt::kDefaultStream), ErrorCode::kInvalidDevice);
 }
 
+TEST_F(Streams, SleepCyclesHoldsTheStreamForCyclesOverTheEngineClock) {
+  rt::StreamId s = rt::stream_create(0, 0);
+  rt::Event start(true), end(true);
+  start.record(0, s);
+  const double ghz = rt::platform().chip->engine_ghz;
+  rt::sleep_cycles(0, s, static_cast<int64_t>(ghz * 1e9 * 0.01));  // 10 ms
+  end.record(0, s);
+  EXPECT_EQ(rt::stream_launch_count(0, s), 1u);
+  EXPECT_GE(start.elapsed_ms(end), 10.0 * 0.999);  // a busy wait: never shorter
+  RT_ERROR(rt::sleep_cycles(0, s, -1), ErrorCode::kInvalidArgument);
+  RT_ERROR(rt::sleep_cycles(4, s, 1), ErrorCode::kInvalidDevice);
+}
+
 TEST_F(Streams, LaunchRunsSynchronouslyInOrderAndCounts) {
   rt::StreamId s = rt::stream_create(0, 0);
   const uint64_t base_default = rt::stream_launch_count(0, rt::kDefaultStream);

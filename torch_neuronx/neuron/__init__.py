@@ -157,6 +157,18 @@ def synchronize(device: Any = None) -> None:
     torch.accelerator.synchronize(_get_device_index(device, optional=True))
 
 
+def _sleep(cycles: int) -> None:
+    """Holds the current stream busy for ``cycles`` cycles of the engine clock
+    (``get_platform()["engine_ghz"]``), as ``torch.cuda._sleep`` does with the GPU clock: work
+    queued after it on the stream, and events recorded after it, complete after it."""
+    if not isinstance(cycles, int) or isinstance(cycles, bool):
+        raise TypeError(f"_sleep expects an integer number of cycles, got {type(cycles).__name__}")
+    if cycles < 0:
+        raise ValueError(f"_sleep expects a non-negative number of cycles, got {cycles}")
+    _lazy_init()
+    _C._sleep(cycles)
+
+
 class _NeuronDeviceProperties:
     def __init__(self, info: dict):
         self.name = _device_name(info)
