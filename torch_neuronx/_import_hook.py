@@ -17,6 +17,8 @@ class _Loader(importlib.abc.Loader):
         self._inner = inner
 
     def __getattr__(self, name):  # get_filename, is_package, get_resource_reader, ...
+        if name == "_inner":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def create_module(self, spec):
