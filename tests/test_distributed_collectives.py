@@ -47,3 +47,15 @@ def test_killed_rank_makes_the_others_raise():
         rc, out = results[r]
         assert rc == 3, f"rank {r} exited with {rc}\n{out}"
         assert "has exited" in out and "local rank 2" in out, out
+
+
+PARITY_CHECKS = ["profiler", "uneven_all_gather", "uneven_reduce_scatter", "self_p2p", "timeout_wording",
+                 "pp_nonsymmetric", "pp_static_gpipe"]
+
+
+def test_what_pytorch_distributed_tests_expect_of_a_backend():
+    """Profiler events per collective (gloo in the same processes is the oracle), uneven
+    all_gather / reduce_scatter, send/recv to oneself, c10d's timeout wording, and pipelines
+    whose stages talk within one rank (tests/dist/c10d_parity.py)."""
+    res = torchrun("c10d_parity.py", 2, timeout=300)
+    _assert_checks(res.out, PARITY_CHECKS, 1)

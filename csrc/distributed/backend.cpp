@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "aten/kernel.h"
@@ -279,10 +280,28 @@ void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& ins, cons
 
 // ---- work -------------------------------------------------------------------------------
 
+// Profiler titles as gloo and NCCL name them ("<backend>:<op>"). c10d's Work keeps the
+// pointer it is given, so titles are interned for the life of the process.
+const char* profiling_title(const std::string& op) {
+  static std::mutex mu;
+  static std::set<std::string> titles;
+  std::lock_guard<std::mutex> g(mu);
+  return titles.insert("neuron:" + op).first->c_str();
+}
+
+// Ops that a composite op issues internally are not profiled again: the profiler shows the
+// call the user made, once (as gloo's does).
+thread_local int t_inside_composite = 0;
+
 class NeuronWork : public c10d::Work {
  public:
-  NeuronWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int pending, std::string what)
-      : Work(rank, type), outputs_(std::move(outputs)), pending_(pending), what_(std::move(what)) {
+  // With `profiled_as`, the work is an async profiler event "neuron:<profiled_as>" from now
+  // until it completes, with the shapes of `inputs` (unless it runs inside a composite op).
+  NeuronWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int pending, std::string what,
+             const char* profiled_as = nullptr, const std::vector<at::Tensor>& inputs = {})
+      : Work(rank, type, profiled_as && t_inside_composite == 0 ? profiling_title(profiled_as) : nullptr,
+             std::optional<std::vector<at::Tensor>>(inputs)),
+        outputs_(std::move(outputs)), pending_(pending), what_(std::move(what)) {
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        devices_of(outputs_));
     if (pending_ == 0) complete(nullptr);
@@ -309,8 +328,8 @@ class NeuronWork : public c10d::Work {
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      C10_THROW_ERROR(DistBackendError, c10::str("neuron: ", what_, " did not complete within ", timeout.count(),
-                                                 " ms (Work.wait timeout)"));
+      C10_THROW_ERROR(DistBackendError, c10::str("neuron: caught collective operation timeout: ", what_,
+                                                 " did not complete within ", timeout.count(), " ms (Work.wait timeout)"));
     }
     if (exception_) std::rethrow_exception(exception_);
     return true;
@@ -473,9 +492,12 @@ ProcessGroupNeuron::Deadline ProcessGroupNeuron::deadline(std::chrono::milliseco
 
 template <class F>
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* name, c10d::OpType type,
+                                                       const std::vector<at::Tensor>& inputs,
                                                        std::vector<at::Tensor> outputs,
                                                        std::chrono::milliseconds op_timeout, F&& body) {
   std::lock_guard<std::mutex> g(coll_mu_);
+  // Made before the op runs, so the profiler's event spans it.
+  auto work = c10::make_intrusive<NeuronWork>(rank_, type, std::move(outputs), 1, name, name, inputs);
   Deadline dl = deadline(op_timeout);
   try {
     body(dl);
@@ -483,7 +505,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* name, c10d::O
     C10_THROW_ERROR(DistBackendError, c10::str("neuron process group ", group_name_, " (rank ", rank_, " of ", size_,
                                                "): ", e.what()));
   }
-  return c10::make_intrusive<NeuronWork>(rank_, type, std::move(outputs), 0, name);
+  work->part_done(nullptr);
+  return work;
+}
+
+template <class F>
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::composite(const char* name, c10d::OpType type,
+                                                             const std::vector<at::Tensor>& inputs,
+                                                             std::vector<at::Tensor> outputs, F&& body) {
+  auto work = c10::make_intrusive<NeuronWork>(rank_, type, std::move(outputs), 1, name, name, inputs);
+  ++t_inside_composite;
+  try {
+    body();
+  } catch (...) {
+    --t_inside_composite;
+    throw;
+  }
+  --t_inside_composite;
+  work->part_done(nullptr);
+  return work;
 }
 
 namespace {
@@ -834,7 +874,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   check_single(tensors, "all_reduce");
   at::Tensor t = tensors[0];
   Reduction red = make_reduction(opts.reduceOp, t.scalar_type(), size_, "all_reduce");
-  return run("all_reduce", c10d::OpType::ALLREDUCE, tensors, opts.timeout, [&](Deadline dl) {
+  return run("all_reduce", c10d::OpType::ALLREDUCE, tensors, tensors, opts.timeout, [&](Deadline dl) {
     Flat f = Flat::of(t, true);
     OpDesc d = make_desc("all_reduce", c10d::OpType::ALLREDUCE, t.scalar_type(), f.bytes(), 0, red.op,
                          shape_str(t) + ", " + red_name(red.op));
@@ -875,11 +915,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    allreduce(one, opts);
-  }
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::ALLREDUCE_COALESCED, tensors, 0, "all_reduce_coalesced");
+  return composite("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors, [&] {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      allreduce(one, opts);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
@@ -889,7 +930,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   int root = static_cast<int>(opts.rootRank);
   check_root(root, size_, "reduce");
   Reduction red = make_reduction(opts.reduceOp, t.scalar_type(), size_, "reduce");
-  return run("reduce", c10d::OpType::REDUCE, tensors, opts.timeout, [&](Deadline dl) {
+  return run("reduce", c10d::OpType::REDUCE, tensors, tensors, opts.timeout, [&](Deadline dl) {
     Flat f = Flat::of(t, true);
     OpDesc d = make_desc("reduce", c10d::OpType::REDUCE, t.scalar_type(), f.bytes(), root, red.op,
                          shape_str(t) + ", " + red_name(red.op) + ", root " + std::to_string(root));
@@ -916,7 +957,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   at::Tensor t = tensors[0];
   int root = static_cast<int>(opts.rootRank);
   check_root(root, size_, "broadcast");
-  return run("broadcast", c10d::OpType::BROADCAST, tensors, opts.timeout, [&](Deadline dl) {
+  return run("broadcast", c10d::OpType::BROADCAST, tensors, tensors, opts.timeout, [&](Deadline dl) {
     Flat f = Flat::of(t, rank_ == root);
     OpDesc d = make_desc("broadcast", c10d::OpType::BROADCAST, t.scalar_type(), f.bytes(), root, 0,
                          shape_str(t) + ", root " + std::to_string(root));
@@ -936,12 +977,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 }
 
 namespace {
-void check_same(const at::Tensor& a, const at::Tensor& ref, const char* op, const char* what) {
+void check_same(const at::Tensor& a, const at::Tensor& ref, const char* op, const char* what, bool numel = true) {
   check_dense_neuron(a, op);
   TORCH_CHECK_VALUE(a.scalar_type() == ref.scalar_type(), op, ": ", what, " has dtype ", a.scalar_type(),
                     " but the input has ", ref.scalar_type());
-  TORCH_CHECK_VALUE(a.numel() == ref.numel(), op, ": ", what, " has ", a.numel(), " elements but the input has ",
-                    ref.numel());
+  TORCH_CHECK_VALUE(!numel || a.numel() == ref.numel(), op, ": ", what, " has ", a.numel(),
+                    " elements but the input has ", ref.numel());
+}
+
+// List forms whose tensors differ in size per rank (NCCL's "v" collectives).
+bool uneven(const std::vector<at::Tensor>& ts, int64_t numel) {
+  for (const auto& t : ts)
+    if (t.numel() != numel) return true;
+  return false;
 }
 }  // namespace
 
@@ -952,8 +1000,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "all_gather: expected a list of ",
                     size_, " output tensors (one per rank), got ", outputs.empty() ? 0 : outputs[0].size());
   at::Tensor in = inputs[0];
-  for (auto& o : outputs[0]) check_same(o, in, "all_gather", "an output tensor");
-  return run("all_gather", c10d::OpType::ALLGATHER, outputs[0], opts.timeout, [&](Deadline dl) {
+  for (auto& o : outputs[0]) check_same(o, in, "all_gather", "an output tensor", false);
+  if (uneven(outputs[0], in.numel())) {
+    // Output j holds rank j's input, whose size may differ per rank: one broadcast per rank
+    // (the broadcasts check that every rank agrees on each size).
+    at::Tensor mine = outputs[0][rank_];
+    TORCH_CHECK_VALUE(mine.numel() == in.numel(), "all_gather: output tensor ", rank_, " (this rank's) has ",
+                      mine.numel(), " elements but the input has ", in.numel());
+    return composite("all_gather", c10d::OpType::ALLGATHER, inputs, outputs[0], [&] {
+      mine.copy_(in.reshape(mine.sizes()));
+      for (int j = 0; j < size_; ++j) {
+        c10d::BroadcastOptions bo;
+        bo.rootRank = j;
+        bo.timeout = opts.timeout;
+        std::vector<at::Tensor> v{outputs[0][j]};
+        broadcast(v, bo);
+      }
+    });
+  }
+  return run("all_gather", c10d::OpType::ALLGATHER, inputs, outputs[0], opts.timeout, [&](Deadline dl) {
     Flat src = Flat::of(in, true);
     FlatList outs = FlatList::of(outputs[0], false);
     std::vector<at::Tensor>& flats = outs.flats;
@@ -988,9 +1053,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
   if (input.numel() == 0) parts.assign(size_, output.view({-1}));
   std::vector<std::vector<at::Tensor>> outs{parts};
   std::vector<at::Tensor> ins{input};
-  allgather(outs, ins, opts);
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output}, 0,
-                                         "all_gather_into_tensor");
+  return composite("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, ins, {output},
+                   [&] { allgather(outs, ins, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -999,21 +1063,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(std::vect
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "all_gather_coalesced: ", outputs.size(), " output lists for ",
                     inputs.size(), " inputs");
   std::vector<at::Tensor> all;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> o{outputs[i]};
-    std::vector<at::Tensor> in{inputs[i]};
-    allgather(o, in, opts);
-    all.insert(all.end(), outputs[i].begin(), outputs[i].end());
-  }
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::ALLGATHER_COALESCED, all, 0, "all_gather_coalesced");
+  for (auto& o : outputs) all.insert(all.end(), o.begin(), o.end());
+  return composite("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, inputs, all, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::vector<std::vector<at::Tensor>> o{outputs[i]};
+      std::vector<at::Tensor> in{inputs[i]};
+      allgather(o, in, opts);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "all_gather_into_tensor_coalesced: ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::COALESCED, outputs, 0, "all_gather_into_tensor_coalesced");
+  return composite("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, inputs, outputs, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -1033,7 +1099,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "gather: only the root (rank ", root,
                       ") may pass a gather_list");
   }
-  return run("gather", c10d::OpType::GATHER, outs_user, opts.timeout, [&](Deadline dl) {
+  return run("gather", c10d::OpType::GATHER, inputs, outs_user, opts.timeout, [&](Deadline dl) {
     Flat src = Flat::of(in, true);
     FlatList outs = FlatList::of(outs_user, false);
     std::vector<at::Tensor>& flats = outs.flats;
@@ -1074,7 +1140,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "scatter: only the root (rank ", root,
                       ") may pass a scatter_list");
   }
-  return run("scatter", c10d::OpType::SCATTER, outputs, opts.timeout, [&](Deadline dl) {
+  return run("scatter", c10d::OpType::SCATTER, ins_user, outputs, opts.timeout, [&](Deadline dl) {
     Flat dst = Flat::of(out, false);
     std::vector<at::Tensor> flats = FlatList::of(ins_user, true).flats;
     OpDesc d = make_desc("scatter", c10d::OpType::SCATTER, out.scalar_type(), dst.bytes(), root, 0,
@@ -1104,9 +1170,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
   at::Tensor out = outputs[0];
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "reduce_scatter: expected a "
                     "list of ", size_, " input tensors (one per rank), got ", inputs.empty() ? 0 : inputs[0].size());
-  for (auto& i : inputs[0]) check_same(i, out, "reduce_scatter", "an input tensor");
+  for (auto& i : inputs[0]) check_same(i, out, "reduce_scatter", "an input tensor", false);
   Reduction red = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter");
-  return run("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, opts.timeout, [&](Deadline dl) {
+  if (uneven(inputs[0], out.numel())) {
+    // Input j is reduced into rank j's output, whose size may differ per rank: one reduce per
+    // rank (the reduces check that every rank agrees on each size).
+    at::Tensor mine = inputs[0][rank_];
+    TORCH_CHECK_VALUE(mine.numel() == out.numel(), "reduce_scatter: input tensor ", rank_, " (this rank's) has ",
+                      mine.numel(), " elements but the output has ", out.numel());
+    return composite("reduce_scatter", c10d::OpType::REDUCE_SCATTER, inputs[0], outputs, [&] {
+      for (int j = 0; j < size_; ++j) {
+        c10d::ReduceOptions ro;
+        ro.reduceOp = opts.reduceOp;
+        ro.rootRank = j;
+        ro.timeout = opts.timeout;
+        if (j == rank_) out.copy_(mine.reshape(out.sizes()));
+        // gloo (between hosts) may use a non-root's buffer as scratch: give it a copy.
+        std::vector<at::Tensor> v{j == rank_ ? out : (local_only() ? inputs[0][j] : inputs[0][j].clone())};
+        reduce(v, ro);
+      }
+    });
+  }
+  return run("reduce_scatter", c10d::OpType::REDUCE_SCATTER, inputs[0], outputs, opts.timeout, [&](Deadline dl) {
     Flat dst = Flat::of(out, false);
     std::vector<at::Tensor> flats = FlatList::of(inputs[0], true).flats;
     OpDesc d = make_desc("reduce_scatter", c10d::OpType::REDUCE_SCATTER, out.scalar_type(), dst.bytes(), 0, red.op,
@@ -1152,16 +1237,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   if (output.numel() == 0) parts.assign(size_, in.view({-1}));
   std::vector<std::vector<at::Tensor>> ins{parts};
   std::vector<at::Tensor> outs{output};
-  reduce_scatter(outs, ins, opts);
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, outs, 0, "reduce_scatter_tensor");
+  return composite("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {input}, outs,
+                   [&] { reduce_scatter(outs, ins, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::COALESCED, outputs, 0, "reduce_scatter_tensor_coalesced");
+  return composite("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, inputs, outputs, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
@@ -1179,7 +1265,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
   for (auto& t : outputs)
     TORCH_CHECK_VALUE(t.scalar_type() == dt, "all_to_all: output dtype ", t.scalar_type(), " differs from input dtype ",
                       dt);
-  return run("all_to_all", c10d::OpType::ALLTOALL, outputs, opts.timeout, [&](Deadline dl) {
+  return run("all_to_all", c10d::OpType::ALLTOALL, inputs, outputs, opts.timeout, [&](Deadline dl) {
     std::vector<at::Tensor> sflat = FlatList::of(inputs, true).flats;
     FlatList outs = FlatList::of(outputs, false);
     std::vector<at::Tensor>& rflat = outs.flats;
@@ -1232,19 +1318,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
   if (!local_only()) {
     // Between hosts: gloo's own all-to-all with splits, on CPU views of device memory.
     need_gloo("all_to_all_single");
-    return run("all_to_all", c10d::OpType::ALLTOALL_BASE, {output}, opts.timeout, [&](Deadline) {
+    return run("all_to_all", c10d::OpType::ALLTOALL_BASE, {input}, {output}, opts.timeout, [&](Deadline) {
       at::Tensor o = cpu_alias(output), i = cpu_alias(in);
       gloo_->alltoall_base(o, i, outputSplitSizes, inputSplitSizes, opts)->wait();
       count("all_to_all", "gloo");
     });
   }
-  alltoall(outs, ins, opts);
-  return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::ALLTOALL_BASE, std::vector<at::Tensor>{output}, 0,
-                                         "all_to_all_single");
+  return composite("all_to_all", c10d::OpType::ALLTOALL_BASE, {input}, {output}, [&] { alltoall(outs, ins, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
-  return run("barrier", c10d::OpType::BARRIER, {}, opts.timeout, [&](Deadline dl) {
+  return run("barrier", c10d::OpType::BARRIER, {}, {}, opts.timeout, [&](Deadline dl) {
     OpDesc d = make_desc("barrier", c10d::OpType::BARRIER, at::kByte, 0, 0, 0, "");
     if (size_ == 1) {
       count("barrier", "self");
@@ -1346,10 +1430,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::submit_p2p(bool is_send, std:
   check_single(tensors, name);
   TORCH_CHECK_VALUE(peer == -1 || (peer >= 0 && peer < size_), name, ": peer rank ", peer,
                     " is outside the group of size ", size_);
-  TORCH_CHECK_VALUE(peer != rank_, name, ": rank ", rank_, " cannot ", name, is_send ? " to" : " from", " itself");
   at::Tensor t = tensors[0];
   std::string what = c10::str(name, is_send ? " to rank " : " from rank ", peer < 0 ? std::string("any") : std::to_string(peer),
                               " (", shape_str(t), ")");
+  if (peer == rank_) return self_p2p(is_send, t, what);
   if (peer >= 0 && host_of_[peer] != my_host_) {
     need_gloo(name);
     count(name, "gloo");
@@ -1370,7 +1454,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::submit_p2p(bool is_send, std:
   op->deadline = deadline(c10d::kUnsetTimeout);
   op->what = what;
   auto work = c10::make_intrusive<NeuronWork>(rank_, is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
-                                              std::vector<at::Tensor>{t}, 1, what);
+                                              std::vector<at::Tensor>{t}, 1, what,
+                                              is_send ? "send" : (peer < 0 ? "recvAnySource" : "recv"),
+                                              std::vector<at::Tensor>{t});
   op->works.push_back(work);
   {
     std::lock_guard<std::mutex> g(p2p_mu_);
@@ -1387,6 +1473,59 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::submit_p2p(bool is_send, std:
   }
   count(name, "shm");
   shm_->ring_doorbell(shm_->rank());
+  return work;
+}
+
+// A send to this rank and a receive from it meet here, first with first, as NCCL lets them
+// (e.g. in batch_isend_irecv). The send's data is taken when it is issued.
+struct SelfMsg {
+  at::Tensor data;  // send: a snapshot; recv: the user's tensor
+  std::string what;
+  std::vector<c10::intrusive_ptr<NeuronWork>> works;
+};
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::self_p2p(bool is_send, const at::Tensor& t, const std::string& what) {
+  auto msg = std::make_shared<SelfMsg>();
+  msg->data = is_send ? t.clone(at::MemoryFormat::Contiguous) : t;
+  msg->what = what;
+  auto work = c10::make_intrusive<NeuronWork>(rank_, is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                              std::vector<at::Tensor>{t}, 1, what, is_send ? "send" : "recv",
+                                              std::vector<at::Tensor>{t});
+  msg->works.push_back(work);
+  std::vector<std::pair<std::shared_ptr<SelfMsg>, std::shared_ptr<SelfMsg>>> matched;
+  {
+    std::lock_guard<std::mutex> g(p2p_mu_);
+    if (!p2p_broken_.empty())
+      C10_THROW_ERROR(DistBackendError, c10::str("neuron process group ", group_name_, ": ", what, ": ", p2p_broken_));
+    if (coalesced_) {
+      coalesced_->add_pending();
+      msg->works.push_back(coalesced_);
+    }
+    (is_send ? self_sends_ : self_recvs_).push_back(msg);
+    while (!self_sends_.empty() && !self_recvs_.empty()) {
+      matched.emplace_back(self_sends_.front(), self_recvs_.front());
+      self_sends_.pop_front();
+      self_recvs_.pop_front();
+    }
+  }
+  count(is_send ? "send" : "recv", "self");
+  for (auto& [snd, rcv] : matched) {
+    std::exception_ptr e;
+    if (snd->data.nbytes() != rcv->data.nbytes()) {
+      e = std::make_exception_ptr(c10::DistBackendError(
+          c10::str("neuron process group ", group_name_, " (rank ", rank_, "): ", rcv->what, ": the matching ",
+                   snd->what, " has ", snd->data.nbytes(), " bytes but this recv expects ", rcv->data.nbytes(),
+                   " bytes; send and recv tensors must have the same size"),
+          nullptr));
+    } else {
+      Flat src = Flat::of(snd->data, true), dst = Flat::of(rcv->data, false);
+      std::memcpy(dst.ptr(), src.ptr(), src.bytes());
+      dst.writeback();
+    }
+    // As between ranks: the send has done its part; the receive reports the mismatch.
+    for (auto& w : snd->works) w->part_done(nullptr);
+    for (auto& w : rcv->works) w->part_done(e);
+  }
   return work;
 }
 
@@ -1418,6 +1557,7 @@ bool ProcessGroupNeuron::advance(P2POp& op) {
 
 void ProcessGroupNeuron::fail_all_p2p(const std::string& msg) {
   std::vector<std::shared_ptr<P2POp>> all;
+  std::vector<std::shared_ptr<SelfMsg>> selfs;
   {
     std::lock_guard<std::mutex> g(p2p_mu_);
     if (p2p_broken_.empty()) p2p_broken_ = msg;
@@ -1428,6 +1568,15 @@ void ProcessGroupNeuron::fail_all_p2p(const std::string& msg) {
       }
     all.insert(all.end(), any_recvs_.begin(), any_recvs_.end());
     any_recvs_.clear();
+    for (auto* q : {&self_sends_, &self_recvs_}) {
+      selfs.insert(selfs.end(), q->begin(), q->end());
+      q->clear();
+    }
+  }
+  for (auto& m : selfs) {
+    auto e = std::make_exception_ptr(c10::DistBackendError(
+        c10::str("neuron process group ", group_name_, " (rank ", rank_, "): ", m->what, ": ", msg), nullptr));
+    for (auto& w : m->works) w->part_done(e);
   }
   for (auto& op : all) {
     auto e = std::make_exception_ptr(c10::DistBackendError(
@@ -1476,7 +1625,8 @@ void ProcessGroupNeuron::p2p_loop() {
               if (!q.empty()) {
                 pending = true;
                 if (now >= q.front()->deadline)
-                  throw CommError(q.front()->what + " timed out (process group timeout)");
+                  throw CommError("caught collective operation timeout: " + q.front()->what +
+                                  " timed out: the process group's timeout elapsed");
               }
           if (pending) shm_->check_peers([] { return std::string("point-to-point"); });
         }

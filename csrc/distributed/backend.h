@@ -29,6 +29,7 @@ namespace torch_neuronx::dist {
 
 class NeuronWork;
 struct P2POp;
+struct SelfMsg;
 struct Reduction;
 
 class ProcessGroupNeuron : public c10d::Backend {
@@ -102,9 +103,14 @@ class ProcessGroupNeuron : public c10d::Backend {
 
  private:
   using Deadline = neuron::dist::Clock::time_point;
+  // One collective: profiled as "neuron:<name>" with the inputs' shapes, CommErrors named.
   template <class F>
-  c10::intrusive_ptr<c10d::Work> run(const char* name, c10d::OpType type, std::vector<at::Tensor> outputs,
-                                     std::chrono::milliseconds op_timeout, F&& body);
+  c10::intrusive_ptr<c10d::Work> run(const char* name, c10d::OpType type, const std::vector<at::Tensor>& inputs,
+                                     std::vector<at::Tensor> outputs, std::chrono::milliseconds op_timeout, F&& body);
+  // An op made of other ops of this group (body()): profiled once, under its own name.
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> composite(const char* name, c10d::OpType type, const std::vector<at::Tensor>& inputs,
+                                           std::vector<at::Tensor> outputs, F&& body);
   Deadline deadline(std::chrono::milliseconds op_timeout) const;
   int next_half() { return static_cast<int>(epoch_++ & 1); }
   void publish(neuron::dist::OpDesc& d);
@@ -142,6 +148,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   void p2p_loop();
   bool advance(P2POp& op);
   void fail_all_p2p(const std::string& msg);
+  c10::intrusive_ptr<c10d::Work> self_p2p(bool is_send, const at::Tensor& t, const std::string& what);
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
@@ -169,6 +176,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   std::string p2p_broken_;
   std::vector<std::deque<std::shared_ptr<P2POp>>> sends_, recvs_;
   std::deque<std::shared_ptr<P2POp>> any_recvs_;
+  std::deque<std::shared_ptr<SelfMsg>> self_sends_, self_recvs_;  // to and from this rank
   uint64_t monitored_seq_ = 0;
 };
 

@@ -221,7 +221,9 @@ void ShmGroup::barrier(Clock::time_point deadline, const std::function<std::stri
       for (int r = 0; r < n_; ++r)
         if (r != me_ && slots_[r].barriers.load(std::memory_order_relaxed) < mine)
           late += (late.empty() ? "" : ", ") + peer_desc(r);
-      std::string msg = what() + " timed out waiting for " + (late.empty() ? std::string("peers") : late);
+      // c10d's wording first: tools and tests match on it.
+      std::string msg = "caught collective operation timeout: " + what() + " timed out waiting for " +
+                        (late.empty() ? std::string("peers") : late) + " (the process group's timeout elapsed)";
       abort(msg);
       throw CommError(msg);
     }
