@@ -133,6 +133,39 @@ def test_mixed_devices_raise_the_cuda_error():
     assert torch.equal((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
 
 
+def test_outputs_on_another_device_raise_the_cuda_error():
+    # an argument the op writes (out=, self of an in-place op) must be on the op's device, even a
+    # 0-dim CPU tensor, which only mixes in as an input (a CPU scalar); nothing is written
+    x = torch.tensor([0.0, 1.0, 2.0, 0.0], device="neuron")
+    mismatch = "Expected all tensors to be on the same device, but found at least two devices, "
+    cases = [
+        (lambda out: torch.nonzero(x, out=out), torch.full([], -1, dtype=torch.long)),  # boxed fallback
+        (lambda out: torch.add(x, x, out=out), torch.full((4,), -1.0)),  # explicit kernel
+        (lambda out: out.add_(x[1]), torch.full([], -1.0)),  # in-place on a CPU scalar
+        (lambda out: torch.histc(x.long(), bins=4, min=0, max=4, out=out), torch.full((4,), -1, dtype=torch.long)),
+    ]
+    for call, out in cases:
+        with pytest.raises(RuntimeError, match=mismatch + "neuron:0 and cpu!"):
+            call(out)
+        assert (out == -1).all(), "the CPU tensor was written"
+        with pytest.raises(RuntimeError, match=mismatch + "neuron:[01] and neuron:[01]!"):
+            call(out.to("neuron:1"))
+
+
+@pytest.mark.parametrize("index", [torch.tensor([0, 2]), torch.tensor(1)], ids=["vector", "scalar"])
+def test_index_fill_takes_no_cpu_index_as_on_cuda(index):
+    # CUDA's index_fill_ iterates the index with self (TensorIterator), so a CPU index raises, a
+    # 0-dim one too; the fill value may be a CPU scalar tensor
+    t = torch.zeros(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="same device, but found at least two devices, neuron:0 and cpu!"):
+        t.index_fill_(0, index, 1.0)
+    with pytest.raises(RuntimeError, match="same device, but found at least two devices, neuron:0 and cpu!"):
+        t.index_fill(1, index, torch.tensor(1.0))
+    assert torch.equal(t.cpu(), torch.zeros(3, 4))
+    n, c = both(lambda a, i: a.index_fill_(0, i, torch.tensor(2.0)), torch.zeros(3, 4), index)
+    assert torch.equal(n.cpu(), c)
+
+
 def test_fallback_is_tracked_and_policy_applies():
     torch.neuron.clear_op_tracking()
     x = torch.randn(8, 8, device="neuron")
@@ -357,6 +390,28 @@ def test_non_dense_results_are_a_clear_error(kind, make):
         with pytest.raises(NotImplementedError, match=f"would return a {kind} tensor.*only dense"):
             make(x)
     assert make(x.cpu()) is not None  # the same call is fine on CPU
+
+
+@pytest.mark.parametrize(
+    "kind, make",
+    [
+        ("quantized", lambda: torch.empty(3, dtype=torch.qint8, device="neuron")),
+        ("quantized", lambda: torch.zeros(2, 2, dtype=torch.quint8, device="neuron")),
+        ("quantized", lambda: torch._empty_affine_quantized([2, 3], scale=0.1, zero_point=0, dtype=torch.quint8,
+                                                            device="neuron")),
+        ("quantized", lambda: torch.quantize_per_tensor(torch.randn(2, 3), 0.1, 0, torch.qint8).to("neuron")),
+        ("sparse", lambda: torch.empty(2, 2, layout=torch.sparse_coo, device="neuron")),
+        ("sparse", lambda: torch.eye(3).to_sparse().to("neuron")),
+    ],
+    ids=["empty", "zeros", "empty_affine_quantized", "to", "sparse_empty", "sparse_to"],
+)
+def test_quantized_and_sparse_tensors_made_on_the_device_are_a_clear_error(kind, make):
+    # factories given a quantized dtype or the sparse layout, and moves of such tensors, reach the
+    # QuantizedPrivateUse1 / SparsePrivateUse1 keys, where no op has a kernel
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized creation functions are deprecated
+        with pytest.raises(NotImplementedError, match=f"aten::\\w+ would return a {kind} tensor.*only dense"):
+            make()
 
 
 def test_nested_tensors_strided_refused_jagged_work():

@@ -148,6 +148,17 @@ void refuse_nested(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, to
                               "on neuron; use those, or run on CPU tensors.");
 }
 
+// Quantized and sparse (COO) tensors are not supported. A quantized dtype or the sparse layout
+// makes the dispatcher pick the QuantizedPrivateUse1 or SparsePrivateUse1 key (a factory given
+// dtype=torch.qint8 or layout=torch.sparse_coo, .to('neuron') of such a tensor), where ops
+// have no kernels: instead of the dispatcher's "Could not run" they refuse here, by name.
+template <const char* kind>
+void refuse_layout(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* /*stack*/) {
+  refuse_non_dense(op.operator_name().name, kind);
+}
+constexpr char kQuantized[] = "quantized";
+constexpr char kSparse[] = "sparse";
+
 at::Tensor refuse_nested_from_list(at::TensorList, std::optional<c10::ScalarType>, std::optional<c10::Layout>,
                                    std::optional<c10::Device>, std::optional<bool>) {
   refuse_non_dense("aten::_nested_tensor_from_tensor_list", "nested");
@@ -161,6 +172,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_nested>());
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout<kQuantized>>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout<kSparse>>());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

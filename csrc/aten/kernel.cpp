@@ -231,8 +231,10 @@ at::Tensor KernelCall::input(const at::Tensor& t, bool stable_ref) {
     aliases_.push_back({a.unsafeGetTensorImpl(), stable_ref ? &t : nullptr, impl, a, written});
     return a;
   }
-  // CPU scalars mix with device tensors, as they do with CUDA.
-  if (!(d.is_cpu() && (allow_cpu_ || impl->dim() == 0)) && !foreign_) foreign_ = d;
+  // CPU scalars (and CPU indices of indexing ops) mix with device tensors as inputs, as they do
+  // with CUDA; an argument the op writes (out=, self of an in-place op) is never one of them.
+  const bool mixes = d.is_cpu() && !arg_written() && (allow_cpu_ || impl->dim() == 0);
+  if (!mixes && !foreign_) foreign_ = d;
   return t;
 }
 
@@ -260,10 +262,12 @@ void KernelCall::note_device(c10::Device d) {
   else if (d.index() != device_ && !other_neuron_) other_neuron_ = d;
 }
 
-void KernelCall::mismatch(c10::Device a, c10::Device b) const {
+void device_mismatch(const char* op_name, c10::Device a, c10::Device b) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", a, " and ", b,
-              "! (in ", op_name_, ")");
+              "! (in ", op_name, ")");
 }
+
+void KernelCall::mismatch(c10::Device a, c10::Device b) const { device_mismatch(op_name_, a, b); }
 
 void KernelCall::begin() {
   if (other_neuron_) mismatch(c10::Device(kNeuron, device_), *other_neuron_);

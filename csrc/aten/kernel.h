@@ -34,6 +34,9 @@ at::Tensor cpu_alias(const at::Tensor& t);
 // "nested", ...) tensor, which neuron does not support.
 [[noreturn]] void refuse_non_dense(const std::string& op_name, const char* kind);
 
+// Raises the RuntimeError CUDA gives for an op whose tensors are on devices `a` and `b`.
+[[noreturn]] void device_mismatch(const char* op_name, c10::Device a, c10::Device b);
+
 class KernelCall {
  public:
   // `write_mask`: bit i set when the op's schema lets it write argument i (a!); only

@@ -89,6 +89,7 @@
 #include <ATen/ops/_upsample_bilinear2d_aa_backward_ops.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_ops.h>
 #include <ATen/ops/index_add_ops.h>
+#include <ATen/ops/index_fill_ops.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_put_ops.h>
 #include <ATen/ops/index_select_ops.h>
@@ -315,6 +316,8 @@ at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Sca
   if (at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kBool) {
     return NeuronKernel<at::_ops::histc_out, false>::run(self, bins, min, max, out);
   }
+  // counted through a temporary: check `out` here as KernelCall checks it on the path above
+  if (out.device() != self.device()) device_mismatch("aten::histc.out", self.device(), out.device());
   TORCH_CHECK(out.scalar_type() == self.scalar_type(),
               "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
               self.scalar_type(), " and hist ", out.scalar_type());
@@ -322,6 +325,15 @@ at::Tensor& neuron_histc_out(const at::Tensor& self, int64_t bins, const at::Sca
   at::native::resize_output(out, counts.sizes());
   out.copy_(counts);
   return out;
+}
+
+// index_fill_: CUDA's kernel walks the index together with `self` (TensorIterator), so an index
+// on another device raises, a CPU one of zero dimensions too (only the fill value may be a CPU
+// scalar); the generic rule of KernelCall would let that index through as a CPU scalar.
+template <class Op, class Value>
+at::Tensor& neuron_index_fill_(at::Tensor& self, int64_t dim, const at::Tensor& index, Value value) {
+  if (index.device() != self.device()) device_mismatch("aten::index_fill_", self.device(), index.device());
+  return NeuronKernel<Op, false>::run(self, dim, index, value);
 }
 
 // Antialiased resizes (F.interpolate(..., antialias=True)) in bfloat16 and float16: CUDA
@@ -574,6 +586,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("index_put_", index_put_, true);
   NEURON_KERNEL("_index_put_impl_", _index_put_impl_, true);
   NEURON_KERNEL("index_add", index_add, false);
+  m.impl("index_fill_.int_Scalar", TORCH_FN((neuron_index_fill_<at::_ops::index_fill__int_Scalar, const at::Scalar&>)));
+  m.impl("index_fill_.int_Tensor", TORCH_FN((neuron_index_fill_<at::_ops::index_fill__int_Tensor, const at::Tensor&>)));
   NEURON_KERNEL("nonzero", nonzero, false);
   NEURON_KERNEL("cat", cat, false);
   NEURON_KERNEL("cat.out", cat_out, false);
