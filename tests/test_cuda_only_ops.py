@@ -110,19 +110,9 @@ def test_probe_reaches_only_listed_ops():
 # ---- (b) a reachable op without a kernel raises NotImplementedError naming it -------------------
 
 
-def _stats(x):
-    """Per-channel mean and inverse standard deviation, as placeholders."""
-    return x.new_zeros(x.size(1)), x.new_ones(x.size(1))
-
-
 # Shape-correct placeholders for the CUDA-only ops that run before another one, so the
 # public API goes on to the op under test. Values are irrelevant: only which op fails is checked.
 _STANDINS = {
-    "batch_norm_stats": lambda x, eps: _stats(x),
-    "batch_norm_gather_stats_with_counts": lambda x, mean, invstd, rmean, rvar, momentum, eps, counts: _stats(x),
-    "batch_norm_elemt": lambda x, weight, bias, mean, invstd, eps: x.clone(),
-    "batch_norm_backward_reduce":
-        lambda g, x, mean, invstd, weight, ig, wg, bg: _stats(x) + _stats(x),
     "_flash_attention_forward": lambda q, k, v, *args, **kwargs: (
         torch.zeros_like(q), q.new_zeros(q.size(1), q.size(0), dtype=torch.float32),
         q.new_zeros(2, dtype=torch.uint64), q.new_zeros(0), q.new_zeros(0)),

@@ -35,6 +35,8 @@ NEURON_KERNELS = frozenset({
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "record_stream", "_scaled_grouped_mm", "_scaled_grouped_mm_v2",
+    "batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+    "batch_norm_elemt.out", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
 })  # fmt: skip
 
 
@@ -152,6 +154,10 @@ NOTES: dict[str, str] = {
     "_scaled_grouped_mm": (
         "torch._scaled_grouped_mm itself (MoE code calling it directly): native on trn3, refused on trn2 "
         "(docs/fp8.md); F.scaled_grouped_mm runs _scaled_grouped_mm_v2, native too"),
+    "batch_norm_gather_stats": (
+        "torch.batch_norm_gather_stats itself (one count for every rank); nn.SyncBatchNorm runs "
+        "batch_norm_gather_stats_with_counts"),
+    "batch_norm_elemt.out": "torch.batch_norm_elemt(..., out=) itself",
     "record_stream": (
         "Tensor.record_stream itself; nn.DataParallel's Scatter would record the device's streams, but fails before "
         "that on neuron: torch._C._scatter exists only in CUDA builds of torch"),
