@@ -598,7 +598,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NEURON_KERNEL("nll_loss_backward", nll_loss_backward, false);
   NEURON_KERNEL("mse_loss", mse_loss, false);
   NEURON_KERNEL("mse_loss_backward", mse_loss_backward, false);
-  NEURON_KERNEL("native_dropout", native_dropout, false);
   NEURON_KERNEL("native_dropout_backward", native_dropout_backward, false);
   NEURON_KERNEL("bernoulli_.float", bernoulli__float, false);
   NEURON_KERNEL("bernoulli_.Tensor", bernoulli__Tensor, false);

@@ -575,9 +575,15 @@ def check_dtensor_random():
     assert not torch.equal(w3, w), "another seed gave the same tensor"
 
     x = distribute_tensor(torch.ones(16, 8, device=DEVICE), mesh, [Shard(0)])
+    torch.manual_seed(0)
     y = F.dropout(x, p=0.5, training=True)
     kept = y.full_tensor().cpu()
     assert set(kept.unique().tolist()) <= {0.0, 2.0} and 0.2 < float((kept == 0).float().mean()) < 0.8, kept
+    # dropout draws from the device's generator, which DTensor moves per shard
+    halves = kept.chunk(WORLD, 0)
+    assert not torch.equal(halves[0], halves[1]), "both shards dropped the same elements"
+    torch.manual_seed(0)
+    assert_equal(F.dropout(x, p=0.5, training=True), kept, "sharded dropout with the same seed")
 
 
 CHECKS = {
