@@ -147,6 +147,37 @@ def _patch_monitored_barrier() -> None:
     dist.monitored_barrier = monitored_barrier
 
 
+def _threaded_mesh_keeps_thread_devices() -> None:
+    # A DeviceMesh built while the device is not initialized picks the process's device itself:
+    # LOCAL_RANK, else global rank % device_count (torchrun without set_device relies on it).
+    # Under the "threaded" process group (torch.testing's MultiThreadedTestCase: every rank a
+    # thread of one process) the device is per thread but "initialized" is per process, so
+    # only the thread that builds its mesh first moves, to its rank's device, and which one
+    # that is depends on timing: rank 1 can end on neuron:1 while rank 0 stays on neuron:0.
+    # Initializing first makes it none: each thread keeps its current device (neuron:0 unless
+    # it sets one), the outcome the upstream tests expect of a CUDA run.
+    device_mesh = dist.device_mesh
+    DeviceMesh = getattr(device_mesh, "DeviceMesh", None)
+    original = getattr(DeviceMesh, "_setup_world_group_and_device", None)
+    if original is None or getattr(original, "_neuron_patched", False):
+        return
+    c10d = dist.distributed_c10d
+
+    def _setup_world_group_and_device(self):
+        if (
+            getattr(self, "_device_type", None) == "neuron"
+            and c10d.is_initialized()
+            and c10d.get_backend() == "threaded"
+            and torch.neuron.is_available()
+        ):
+            torch.neuron._lazy_init()
+        return original(self)
+
+    _setup_world_group_and_device._neuron_patched = True
+    _setup_world_group_and_device.__doc__ = original.__doc__
+    DeviceMesh._setup_world_group_and_device = _setup_world_group_and_device
+
+
 def _destroy_at_exit() -> None:
     # Programs often exit without destroy_process_group(). Tear the groups down while the
     # interpreter is whole, not in its finalization, where the backends would be destroyed
@@ -169,3 +200,4 @@ def register() -> None:
     _fix_default_backend()
     _patch_monitored_barrier()
     _fake_backend_serves_neuron()
+    _threaded_mesh_keeps_thread_devices()
