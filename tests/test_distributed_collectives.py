@@ -59,3 +59,11 @@ def test_what_pytorch_distributed_tests_expect_of_a_backend():
     whose stages talk within one rank (tests/dist/c10d_parity.py)."""
     res = torchrun("c10d_parity.py", 2, timeout=300)
     _assert_checks(res.out, PARITY_CHECKS, 1)
+
+
+def test_a_mesh_gives_a_process_without_a_device_its_ranks_device():
+    # No set_device and no LOCAL_RANK: DeviceMesh puts rank r on neuron:r as it would on
+    # cuda:r, and FSDP2 computes there (the threaded group's different rule must not leak here).
+    results = spawn_ranks("mesh_device.py", 2, timeout=200)
+    for r, (rc, out) in enumerate(results):
+        assert rc == 0 and f"rank {r}: ok on neuron:{r}" in out, f"rank {r} exited with {rc}\n{out}"
