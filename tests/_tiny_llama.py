@@ -41,3 +41,20 @@ def llama_pair(config: LlamaConfig | None = None, seed: int = 0) -> tuple[LlamaF
         assert q.device == NEURON, name
         assert torch.equal(p, q.cpu()), name
     return cpu_model, neuron_model
+
+
+class CountingDataset(torch.utils.data.Dataset):
+    """``n`` sequences of ``seq`` tokens, each counting up by one (mod the vocabulary, 0 being
+    the pad token) from a random start: the next token is learnable. Items are Trainer batches."""
+
+    def __init__(self, n: int, seq: int = 16, vocab: int = 64) -> None:
+        g = torch.Generator().manual_seed(0)
+        starts = torch.randint(1, vocab, (n, 1), generator=g)
+        self.ids = (starts + torch.arange(seq)) % (vocab - 1) + 1
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        ids = self.ids[i]
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}

@@ -39,27 +39,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/_tiny_llama.py
+from _tiny_llama import CountingDataset  # noqa: E402
+
 RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 CPU = os.environ.get("TNX_DIST_DEVICE", "neuron") == "cpu"
 VOCAB, SEQ, N_SEQ = 64, 16, 256
-
-
-class TokenDataset(torch.utils.data.Dataset):
-    """Sequences that count up by one (mod the vocabulary) from a random start: learnable."""
-
-    def __init__(self) -> None:
-        g = torch.Generator().manual_seed(0)
-        starts = torch.randint(1, VOCAB, (N_SEQ, 1), generator=g)  # 0 is the pad token
-        self.ids = (starts + torch.arange(SEQ)) % (VOCAB - 1) + 1
-
-    def __len__(self) -> int:
-        return N_SEQ
-
-    def __getitem__(self, i: int) -> dict:
-        ids = self.ids[i]
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
 def log(msg: str) -> None:
@@ -141,7 +128,7 @@ def main() -> None:
                 log(f"saved checkpoint-{state.global_step}, killing myself")
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    trainer = Trainer(model=model, args=args, train_dataset=TokenDataset(), callbacks=[Hooks()])
+    trainer = Trainer(model=model, args=args, train_dataset=CountingDataset(N_SEQ, SEQ, VOCAB), callbacks=[Hooks()])
     want = torch.device("cpu") if CPU else torch.device("neuron", LOCAL_RANK)
     assert args.device.type == want.type, args.device
     assert dist.get_backend() == ("gloo" if CPU else "neuron"), dist.get_backend()

@@ -24,28 +24,12 @@ import torch.distributed as dist
 from transformers import LlamaForCausalLM, Trainer, TrainingArguments
 from transformers.training_args import ParallelMode
 
-from _tiny_llama import tiny_llama_config
+from _tiny_llama import CountingDataset, tiny_llama_config
 
 CPU = os.environ.get("TNX_TEST_TRAINER_CPU") == "1"
 RANK = int(os.environ["RANK"])
 LOCAL_RANK = int(os.environ["LOCAL_RANK"])
 VOCAB, SEQ, N_SEQ, STEPS = 64, 16, 64, 12
-
-
-class CountingDataset(torch.utils.data.Dataset):
-    """Sequence i is start_i, start_i+1, ... (mod VOCAB): the next token is learnable."""
-
-    def __init__(self) -> None:
-        g = torch.Generator().manual_seed(0)
-        starts = torch.randint(1, VOCAB, (N_SEQ, 1), generator=g)  # 0 is the pad token
-        self.ids = (starts + torch.arange(SEQ)) % (VOCAB - 1) + 1
-
-    def __len__(self) -> int:
-        return N_SEQ
-
-    def __getitem__(self, i: int) -> dict:
-        ids = self.ids[i]
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
 def main() -> None:
@@ -76,7 +60,7 @@ def main() -> None:
         if not CPU:
             assert dev == torch.device("neuron", LOCAL_RANK), f"args.device={dev}, expected neuron:{LOCAL_RANK}"
 
-        trainer = Trainer(model=model, args=args, train_dataset=CountingDataset())
+        trainer = Trainer(model=model, args=args, train_dataset=CountingDataset(N_SEQ, SEQ, VOCAB))
         trainer.train()
         wrapped = trainer.model_wrapped
         assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel), type(wrapped)
