@@ -67,29 +67,29 @@ COVERAGE_WORKERS ?= 2
 coverage: coverage-transformers coverage-models coverage-ops coverage-fake coverage-ops-compiled coverage-diffusers
 
 coverage-transformers: build
-	$(PY) -m torch_neuronx.testing.transformers_sweep --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/transformers_sweep.py --workers $(COVERAGE_WORKERS)
 
 # Every family of Transformers' MODEL_MAPPING_NAMES with its task head (forward, gradients, AdamW
 # step, generate, bf16), against CPU.
 coverage-models: build
-	$(PY) -m torch_neuronx.testing.models_sweep --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/models_sweep.py --workers $(COVERAGE_WORKERS)
 
 coverage-ops: build
-	$(PY) -m torch_neuronx.testing.opinfo_sweep --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/opinfo_sweep.py --workers $(COVERAGE_WORKERS)
 
 # The OpInfo samples under FakeTensorMode (what torch.compile traces with) against the real run,
 # with static and with symbolic sizes.
 coverage-fake: build
-	$(PY) -m torch_neuronx.testing.fake_sweep --workers $(COVERAGE_WORKERS)
-	$(PY) -m torch_neuronx.testing.fake_sweep --dynamic --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/fake_sweep.py --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/fake_sweep.py --dynamic --workers $(COVERAGE_WORKERS)
 
 # Every Diffusers model class (forward, gradients, bf16) and the tiny pipelines, against CPU.
 coverage-diffusers: build
-	$(PY) -m torch_neuronx.testing.diffusers_sweep --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/diffusers_sweep.py --workers $(COVERAGE_WORKERS)
 
 # The core ops' OpInfo samples compiled with the neuron backend, against eager neuron.
 coverage-ops-compiled: build
-	$(PY) -m torch_neuronx.testing.compiled_ops_sweep --core --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/compiled_ops_sweep.py --core --workers $(COVERAGE_WORKERS)
 
 clean:
 	rm -rf build .venv/.built

@@ -1,10 +1,16 @@
 """Shared pytest fixtures."""
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 from _subprocess import run_python as _run_python
+
+# The coverage sweeps are scripts in the repository's coverage/ folder, outside the installed
+# package; their tests import them as top-level modules (as the scripts import each other).
+sys.path.append(str(next(p / "coverage" for p in Path(__file__).resolve().parents if (p / "coverage" / "_sweep.py").is_file())))
 
 
 @pytest.fixture

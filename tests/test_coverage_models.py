@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from torch_neuronx.testing import Outcome
-from torch_neuronx.testing import _models_specs as specs
-from torch_neuronx.testing import models_sweep as sweep
+
+import _models_specs as specs  # coverage/ (on sys.path by conftest.py)
+import models_sweep as sweep
 
 TIMEOUT = 240.0
 

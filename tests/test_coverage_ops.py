@@ -4,12 +4,16 @@ float32/bfloat16/float16/int64/bool: forward, float32 gradients, in-place and ou
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from torch.testing._internal.common_dtype import floating_types
 from torch.testing._internal.opinfo.core import OpInfo, SampleInput
 
-from torch_neuronx.testing import opinfo_sweep
+import opinfo_sweep  # coverage/ (on sys.path by conftest.py)
 
 CORE_KEYS = [k for k in opinfo_sweep.select_op_keys(opinfo_sweep.CORE_OPS) if opinfo_sweep.has_swept_dtype(k)]
 
@@ -101,3 +105,18 @@ def test_summary_counts_crashes_as_failures():
     s = opinfo_sweep.summarize(results)
     assert s["samples_passed"] == 13 and s["samples_failed"] == 1 and s["samples_cpu_error"] == 4
     assert s["pass_rate"] == pytest.approx(13 / 14)
+
+
+def test_sweep_runs_as_a_script_and_writes_its_report(run_python, tmp_path):
+    """`make coverage-ops` runs coverage/opinfo_sweep.py as a script (coverage/ is not a package):
+    it finds its sibling modules, its spawned workers import the check, and the report names the
+    command that regenerates it."""
+    script = Path(opinfo_sweep.__file__)
+    out = run_python("", args=[str(script), "--ops", "add", "--dtypes", "float32", "--workers", "1",
+                               "--out-dir", str(tmp_path)])
+    passed = re.search(r"(\d+) passed, 0 failed", out)
+    assert passed and int(passed[1]) > 0, out
+    report = (tmp_path / "ops.md").read_text()
+    assert "Regenerate: `python coverage/opinfo_sweep.py --ops add --dtypes float32`" in report
+    assert "CUDA kernel and neither a CPU kernel" in report  # the section cuda_only_ops writes
+    assert [o["op"] for o in json.loads((tmp_path / "ops.json").read_text())["ops"]] == ["add"]

@@ -9,7 +9,8 @@ import torch
 from torch.testing._internal.common_dtype import floating_types
 from torch.testing._internal.opinfo.core import OpInfo, SampleInput
 
-from torch_neuronx.testing import compiled_ops_sweep, opinfo_sweep
+import compiled_ops_sweep  # coverage/ (on sys.path by conftest.py)
+import opinfo_sweep
 
 # Elementwise, reductions, normalisation, matmul, indexing, attention, loss, a random op.
 FAST_OPS = (

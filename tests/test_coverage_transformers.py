@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from torch_neuronx.testing import Outcome
-from torch_neuronx.testing import transformers_sweep as sweep
+
+import transformers_sweep as sweep  # coverage/ (on sys.path by conftest.py)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,8 +10,10 @@ import os
 import pytest
 import torch
 
-from torch_neuronx.testing import _nn_probe, cuda_only_ops as coo
 from torch_neuronx.testing._pool import run_isolated
+
+import _nn_probe  # coverage/ (on sys.path by conftest.py)
+import cuda_only_ops as coo
 
 NAMES = {o.name for o in coo.cuda_only_ops()}
 

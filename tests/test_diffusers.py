@@ -2,7 +2,7 @@
 
 * the library's own ``neuron`` code paths fire with torch-neuronx installed (device detection,
   the device-backend proxy, random latents drawn on CPU, float64 downcast, SDXL's timesteps);
-* the fast subset of the model sweep (``torch_neuronx.testing.diffusers_sweep``): forward and
+* the fast subset of the model sweep (``coverage/diffusers_sweep.py``): forward and
   every gradient of UNet2DCondition, FLUX, FLUX.2, Qwen-Image, AutoencoderKL and Wan;
 * tiny pipelines built in code (Stable Diffusion, FLUX, Qwen-Image; two steps, a CPU generator):
   the images on ``neuron`` equal CPU's;
@@ -25,7 +25,8 @@ import torch
 
 from torch_neuronx.testing import compare
 from torch_neuronx.testing import diffusers_pipelines as dp
-from torch_neuronx.testing import diffusers_sweep as sweep
+
+import diffusers_sweep as sweep  # coverage/ (on sys.path by conftest.py)
 
 # Images in [0, 1] after two denoising steps and a VAE decode; the device runs the same float32
 # kernels, so differences are rounding (observed ~1e-6).

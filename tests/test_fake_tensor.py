@@ -18,7 +18,9 @@ from torch.testing._internal.common_dtype import floating_types
 from torch.testing._internal.opinfo.core import OpInfo, SampleInput
 
 import torch_neuronx
-from torch_neuronx.testing import fake_sweep, opinfo_sweep
+
+import fake_sweep  # coverage/ (on sys.path by conftest.py)
+import opinfo_sweep
 
 aten = torch.ops.aten
 

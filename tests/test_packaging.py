@@ -1,5 +1,11 @@
 """Packaging and process-level behaviour, each in a fresh interpreter: autoload, the
-torch-version guard, platform env vars, collect_env, fork safety."""
+torch-version guard, platform env vars, collect_env, fork safety. What the wheel holds."""
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +171,53 @@ def test_spawned_children_can_use_the_device(run_python, tmp_path):
     )
     out = run_python("", args=[str(script)])
     assert out.strip() == "12"
+
+
+_REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+# The test harness that lives in the repository's coverage/ folder, never in the installed package.
+_COVERAGE_ONLY = {"_sweep.py", "_models_specs.py", "_diffusers_specs.py", "_tiny_configs.py", "_nn_probe.py",
+                  "cuda_only_ops.py"}
+
+
+def _package_files(name: str) -> list[Path]:
+    """The ``.py`` files of the installed (or editable) package ``name``."""
+    spec = importlib.util.find_spec(name)
+    return [f for d in spec.submodule_search_locations for f in Path(d).rglob("*.py")]
+
+
+def test_installed_package_holds_no_sweep_or_catalog():
+    files = _package_files("torch_neuronx") + _package_files("nki")
+    assert any(f.name == "_compare.py" for f in files)  # the walk sees torch_neuronx.testing
+    tomllib = pytest.importorskip("tomllib")
+    harness = [str(f) for f in files if f.name.endswith("_sweep.py") or f.name in _COVERAGE_ONLY]
+    assert not harness, f"coverage sweeps or catalogs inside the installed package: {harness}"
+    with open(_REPO / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["tool"]["scikit-build"]["wheel"]["packages"] == ["torch_neuronx", "nki"]
+    # ... and they are where `make coverage-*` runs them from
+    swept = set(re.findall(r"\$\(PY\) (coverage/\w+\.py)", (_REPO / "Makefile").read_text()))
+    assert len(swept) == 6 and all((_REPO / s).is_file() for s in swept), swept
+    assert all((_REPO / "coverage" / n).is_file() for n in _COVERAGE_ONLY)
+
+
+def test_package_imports_only_declared_dependencies_at_module_level():
+    """Importing a module of the wheel may need only the standard library, the declared
+    dependencies and the wheel itself; optional packages (transformers, numpy, ...) are imported
+    where they are used."""
+    tomllib = pytest.importorskip("tomllib")
+    with open(_REPO / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    allowed = set(sys.stdlib_module_names) | {"torch_neuronx", "nki"}
+    allowed |= {re.match(r"[A-Za-z0-9_.-]+", d).group(0).replace("-", "_") for d in project["dependencies"]}
+    undeclared = []
+    for path in _package_files("torch_neuronx") + _package_files("nki"):
+        for stmt in ast.parse(path.read_text(), str(path)).body:
+            # what runs at import: module-level statements, and the bodies of module-level if/try
+            for node in ast.walk(stmt) if isinstance(stmt, (ast.If, ast.Try)) else (stmt,):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                else:
+                    continue
+                undeclared += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] not in allowed]
+    assert not undeclared, f"module-level imports of packages torch-neuronx does not depend on: {undeclared}"

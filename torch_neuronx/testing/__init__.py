@@ -1,12 +1,12 @@
-"""Testing tools for the ``neuron`` device: comparison with CPU, isolated sweeps.
+"""Testing tools for the ``neuron`` device: comparison with CPU, isolated runs.
 
 ``compare(neuron_result, cpu_result)`` walks nested outputs and reports the largest
 difference; ``compare_with_float64(neuron_result, cpu_result, float64_result)`` decides,
 when they differ beyond the tolerance, whether the device's is as accurate; ``CPUCopy`` copies device arguments to CPU with their exact layout;
 ``find_divergence(fn)`` names the first aten op whose device result differs from CPU's;
 ``run_isolated`` runs many checks in worker processes so that one crash or hang does
-not end a sweep. The coverage sweeps (``python -m
-torch_neuronx.testing.<sweep>``) are built on these.
+not end a sweep. The coverage sweeps, which are not part of the installed package
+(``coverage/`` in the repository, run by ``make coverage-*``), are built on these.
 """
 
 from torch_neuronx.testing._compare import (

@@ -11,9 +11,9 @@ The op list comes from torchgen's packaged ``native_functions.yaml`` of the inst
 torch; which ops are reachable, and from where, is recorded in :data:`REACHABLE` and
 checked by running public APIs on the device (``--probe``; ``tests/test_cuda_only_ops.py``).
 
-    python -m torch_neuronx.testing.cuda_only_ops           # the Markdown section (in docs/coverage/ops.md)
-    python -m torch_neuronx.testing.cuda_only_ops --list    # op names, one a line
-    python -m torch_neuronx.testing.cuda_only_ops --probe   # which CUDA-only ops public APIs reach on neuron
+    python coverage/cuda_only_ops.py           # the Markdown section (in docs/coverage/ops.md)
+    python coverage/cuda_only_ops.py --list    # op names, one a line
+    python coverage/cuda_only_ops.py --probe   # which CUDA-only ops public APIs reach on neuron
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Reach:
 
     api: str
     route: str  # the code that sends it there
-    cases: tuple[str, ...]  # torch_neuronx.testing._nn_probe cases that reach it
+    cases: tuple[str, ...]  # _nn_probe cases that reach it
     after: tuple[str, ...] = ()  # CUDA-only ops the same call runs first (each must have a kernel for this one to run)
 
 
@@ -328,8 +328,8 @@ def markdown(ops: list[CudaOnlyOp] | None = None) -> str:
         f"listed; nor are the {len(layout_cuda_only_ops())} ops whose sparse, nested or quantized CUDA kernel has no "
         "CPU counterpart (`layout_cuda_only_ops()`): `neuron` has no tensors of those layouts.",
         "",
-        "Regenerate: `make coverage-ops` (this section alone: `python -m torch_neuronx.testing.cuda_only_ops`). "
-        "`python -m torch_neuronx.testing.cuda_only_ops --probe` runs "
+        "Regenerate: `make coverage-ops` (this section alone: `python coverage/cuda_only_ops.py`). "
+        "`python coverage/cuda_only_ops.py --probe` runs "
         "public `torch.nn` APIs forward and backward on `neuron` and reports the CUDA-only ops they reach; "
         "`tests/test_cuda_only_ops.py` checks the reachable ones.",
         "",
@@ -342,7 +342,7 @@ def markdown(ops: list[CudaOnlyOp] | None = None) -> str:
         lines.append(f"| `{o.name}` | {o.category} | {r.api}. Via {_md(r.route)}.{before} | {o.neuron} |")
     for o in rest:
         lines.append(f"| `{o.name}` | {o.category} | {_md(o.reachable_from)} | {o.neuron} |")
-    from torch_neuronx.testing._nn_probe import REFUSED
+    from _nn_probe import REFUSED
 
     lines += ["", "Public APIs of the probe that fail on `neuron` for another reason, before they could reach any of "
               "these ops:", ""]  # fmt: skip
@@ -355,7 +355,7 @@ def _md(text: str) -> str:
 
 
 def _print_probe(workers: int | None) -> int:
-    from torch_neuronx.testing import _nn_probe
+    import _nn_probe
 
     cuda_only = {o.name for o in cuda_only_ops()}
     results = _nn_probe.probe(workers=workers)
@@ -373,7 +373,7 @@ def _print_probe(workers: int | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.testing.cuda_only_ops", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python coverage/cuda_only_ops.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--markdown", action="store_true", help="the Markdown report (the default)")

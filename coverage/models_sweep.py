@@ -8,14 +8,14 @@ too), ``backward`` (train mode; the head's own loss, or for a head without one a
 projection of every output; then every parameter gradient), ``step`` (one AdamW step, every
 parameter), ``generate`` (the heads that generate text: greedy, on the initial weights, token
 ids compared exactly), ``bf16`` (the forward stage with the weights in bfloat16). The heads,
-configs and inputs are chosen in ``torch_neuronx/testing/_models_specs.py``. The CPU run comes
+configs and inputs are chosen in ``coverage/_models_specs.py``. The CPU run comes
 first: an architecture whose CPU reference cannot run here for a reason outside this sweep (a
 package that is not installed, a declared library defect) is ``cpu-unrunnable``; any other CPU
 error is a failure of this sweep's inputs (stage ``harness``), never hidden. Each architecture
 runs in a worker process (``run_isolated``), so a crash or a hang is recorded for that
 architecture only.
 
-    python -m torch_neuronx.testing.models_sweep [--fast | --only a,b] [--workers N]
+    python coverage/models_sweep.py [--fast | --only a,b] [--workers N]
 
 writes ``docs/coverage/transformers_models.{md,json}`` (full runs; subsets only with an
 explicit ``--out-dir``) and exits 1 when any runnable architecture does not pass.
@@ -33,7 +33,6 @@ import collections
 import copy
 import gc
 import inspect
-import json
 import math
 import sys
 import time
@@ -44,22 +43,22 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, compare_with_float64, map_tensors, model_tolerance, tensors
-from torch_neuronx.testing._sweep import (
-    sweep_main,
+from _sweep import (
+    sweep_main, write_records,
     cell, count_statuses, error_text, failure_lines, grad_presence, run_stage, run_with_progress,
     settle, short_ops, unrunnable_lines, without_none_grads,
 )
-from torch_neuronx.testing._sweep import record_from_outcome as _record_from_outcome
-from torch_neuronx.testing.transformers_sweep import (
+from _sweep import record_from_outcome as _record_from_outcome
+from transformers_sweep import (
     ADAMW, _bf16_inputs, _generate_mismatch, _quiet, _stage_step, _versions,
 )
-from torch_neuronx.testing.transformers_sweep import _stage_generate as _generate
+from transformers_sweep import _stage_generate as _generate
 
 DEVICE = "neuron"
 KEY = "arch"
 STAGES = ("setup", "forward", "backward", "step", "generate", "bf16")
 DEFAULT_TIMEOUT = 600.0
-REGENERATE = "python -m torch_neuronx.testing.models_sweep --workers 2"
+REGENERATE = "python coverage/models_sweep.py --workers 2"
 REPORT = "transformers_models"
 
 # The CI subset: the families most used in practice, one or more per modality.
@@ -72,7 +71,7 @@ _MISSING_PACKAGE = ("No module named", "requires the", "pip install", "is not in
 
 
 def architectures() -> list[str]:
-    from torch_neuronx.testing._models_specs import architectures as archs
+    from _models_specs import architectures as archs
 
     return archs()
 
@@ -99,7 +98,7 @@ def _tree(out: Any) -> Any:
 
 
 def _call(model, batch: dict) -> Any:
-    from torch_neuronx.testing._models_specs import SPECS
+    from _models_specs import SPECS
 
     kwargs = {k: v for k, v in batch.items() if not k.startswith("_")}
     spec = SPECS.get(getattr(model.config, "model_type", None))
@@ -231,7 +230,7 @@ def _cpu_failure(model_type: str, stage: str, e: BaseException) -> dict:
     """The record fields for a CPU reference that raised: ``cpu-unrunnable`` for a missing
     package or a declared library defect (whose error must be the declared one), else a failure
     of this sweep's inputs or config (stage ``harness``)."""
-    from torch_neuronx.testing._models_specs import SPECS
+    from _models_specs import SPECS
 
     text = error_text(e)
     spec = SPECS.get(model_type)
@@ -243,7 +242,7 @@ def _cpu_failure(model_type: str, stage: str, e: BaseException) -> dict:
 
 
 def _check(model_type: str, record: dict, device: bool) -> None:
-    from torch_neuronx.testing import _models_specs as specs
+    import _models_specs as specs
 
     stages = record["stages"]
     try:
@@ -423,7 +422,7 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         "",
         "Every entry of `MODEL_MAPPING_NAMES` (encoders, encoder-decoders, decoders, vision, audio, video, "
         "multimodal), with the task head its family is used with (chosen in "
-        "`torch_neuronx/testing/_models_specs.py`), shrunk to a tiny random config, runs on CPU and on "
+        "`coverage/_models_specs.py`), shrunk to a tiny random config, runs on CPU and on "
         "`neuron` with the same weights and inputs: forward (every output, labels given), loss backward "
         "(the head's loss, or a fixed random projection of every output) and every gradient, one AdamW "
         "step and every parameter, greedy generate for the heads that generate text (token ids exact), "
@@ -477,13 +476,8 @@ def render_markdown(records: list[dict], meta: dict) -> str:
 
 def write_report(records: list[dict], out_dir: str | Path, meta: dict) -> tuple[Path, Path]:
     """Writes ``transformers_models.md`` and ``transformers_models.json`` into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / f"{REPORT}.md", out_dir / f"{REPORT}.json"
-    md.write_text(render_markdown(records, meta))
-    payload = {"meta": meta, "summary": summarize(records), "results": sorted(records, key=lambda r: r[KEY])}
-    js.write_text(json.dumps(payload, indent=1) + "\n")
-    return md, js
+    return write_records(records, out_dir, meta, report=REPORT, render=render_markdown, summarize=summarize,
+                         key=KEY)
 
 
 def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
@@ -492,7 +486,7 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.models_sweep", item="model type",
+    return sweep_main(argv, doc=__doc__, module="models_sweep", item="model type",
                       example="bert,vit", all_names=architectures(), fast=FAST_ARCHITECTURES,
                       fast_name="FAST_ARCHITECTURES", unknown="not in MODEL_MAPPING_NAMES: {}",
                       default_timeout=DEFAULT_TIMEOUT, report=REPORT, regenerate=REGENERATE, run=run_sweep,

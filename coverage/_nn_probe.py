@@ -672,7 +672,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def run_case(api: str, device: str = DEVICE) -> ProbeResult:
-    from torch_neuronx.testing.cuda_only_ops import cuda_only_ops
+    from cuda_only_ops import cuda_only_ops
 
     cuda_only = {o.name for o in cuda_only_ops()}
     on_device = device != "cpu"

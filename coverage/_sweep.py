@@ -1,4 +1,5 @@
-"""Pieces shared by the model sweeps (``transformers_sweep``, ``diffusers_sweep``).
+"""Pieces shared by the coverage sweeps (the model sweeps ``transformers_sweep``, ``models_sweep``,
+``diffusers_sweep``; the op sweeps use ``script``).
 
 A model sweep builds each model tiny and random, runs it on CPU and on ``neuron`` with the
 same weights and inputs, and records one result per model: a plain dict with ``status``
@@ -22,6 +23,12 @@ from torch_neuronx.testing._pool import run_isolated
 
 STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
 NOT_PASSING = ("fail", "crash", "timeout")
+
+
+def script(name: str) -> str:
+    """The command that runs the sweep ``name`` (these sweeps are scripts run from the repository
+    root, not modules of the installed package)."""
+    return f"python coverage/{name}.py"
 
 
 def error_text(e: BaseException) -> str:
@@ -142,6 +149,22 @@ def unrunnable_lines(records: list[dict], key: str) -> list[str]:
     return [f"- **{r[key]}**: {cell(r['reason'], 600)}" for r in sorted(unrunnable, key=lambda r: r[key])]
 
 
+def write_records(records: list[dict], out_dir: str | Path, meta: dict, *, report: str,
+                  render: Callable[[list[dict], dict], str], summarize: Callable[[list[dict]], dict],
+                  key: str) -> tuple[Path, Path]:
+    """Writes a model sweep's report into ``out_dir``: ``{report}.md`` (``render(records, meta)``)
+    and ``{report}.json`` (meta, summary and the records sorted by ``key``)."""
+    import json
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / f"{report}.md", out_dir / f"{report}.json"
+    md.write_text(render(records, meta))
+    payload = {"meta": meta, "summary": summarize(records), "results": sorted(records, key=lambda r: r[key])}
+    js.write_text(json.dumps(payload, indent=1) + "\n")
+    return md, js
+
+
 def run_with_progress(check: Callable[[str], dict], names: list[str], *, workers: int, timeout: float,
                       initializer: Callable[[], Any] | None, key: str, unit: str,
                       summarize: Callable[[list[dict]], dict] = count_statuses,
@@ -217,7 +240,7 @@ def sweep_main(argv: list[str] | None, *, doc: str, module: str, item: str, exam
 
     out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
     if out_dir and not args.no_write:
-        command = regenerate if not subset else f"python -m {module} " + " ".join(
+        command = regenerate if not subset else f"{script(module)} " + " ".join(
             sys.argv[1:] if argv is None else argv)
         info = {**meta(names), "date": datetime.date.today().isoformat(), "command": command,
                 "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1)}

@@ -14,7 +14,7 @@ device failure.
 Each architecture runs in a worker process (``run_isolated``), so a crash or a hang is
 recorded for that architecture only.
 
-    python -m torch_neuronx.testing.transformers_sweep [--fast | --only a,b] [--workers N]
+    python coverage/transformers_sweep.py [--fast | --only a,b] [--workers N]
 
 writes ``docs/coverage/transformers.{md,json}`` (full runs; subsets only with an explicit
 ``--out-dir``) and exits 1 when any runnable architecture does not pass.
@@ -30,7 +30,6 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import copy
 import inspect
-import json
 import sys
 import time
 import warnings
@@ -40,13 +39,13 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, to_cpu
-from torch_neuronx.testing._sweep import (
-    sweep_main,
+from _sweep import (
+    sweep_main, write_records,
     cell as _cell, count_statuses, diff_problem, error_text as _error_text, failure_lines,
     grad_presence as _compare_grads, run_stage, run_with_progress, settle, short_ops as _short_ops,
     unrunnable_lines, without_none_grads as _without_none,
 )
-from torch_neuronx.testing._sweep import record_from_outcome as _record_from_outcome
+from _sweep import record_from_outcome as _record_from_outcome
 
 DEVICE = "neuron"
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
@@ -58,7 +57,7 @@ ADAMW = dict(lr=1e-3, eps=1e-6, weight_decay=0.01)
 DEFAULT_TIMEOUT = 600.0  # the compiled stage's cold compile of forward and backward dominates
 # Inductor's own random numbers differ from eager's by design (dropout); the aten ops draw eager's.
 COMPILE_OPTIONS = {"fallback_random": True}
-REGENERATE = "python -m torch_neuronx.testing.transformers_sweep --workers 2"
+REGENERATE = "python coverage/transformers_sweep.py --workers 2"
 
 # The CI subset: the families most used in practice, dense and MoE, each a different code path.
 FAST_ARCHITECTURES = (
@@ -94,7 +93,7 @@ def _build(model_type: str):
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from torch_neuronx.testing._tiny_configs import OVERRIDES, tiny_config
+    from _tiny_configs import OVERRIDES, tiny_config
 
     override = OVERRIDES.get(model_type)
     config = tiny_config(model_type)
@@ -136,7 +135,7 @@ def _vocab_size(model, config) -> int:
 def _make_batches(model_type: str, model, config) -> tuple[dict, dict]:
     """``(train_batch, generate_batch)``: random ordinary token ids (no special ids). Training
     pads the second row on the right (labels -100 there), generation on the left, as usual."""
-    from torch_neuronx.testing._tiny_configs import OVERRIDES
+    from _tiny_configs import OVERRIDES
 
     params = inspect.signature(model.forward).parameters
     vocab = _vocab_size(model, config)
@@ -459,7 +458,7 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         f"Regenerate: `{meta['command']}`",
         "",
         "Every architecture of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, shrunk to a tiny random config "
-        "(`torch_neuronx/testing/_tiny_configs.py`), runs on CPU and on `neuron` with the same weights "
+        "(`coverage/_tiny_configs.py`), runs on CPU and on `neuron` with the same weights "
         "and inputs: forward logits, loss backward and every gradient, one AdamW step and every "
         "parameter, greedy generate (token ids exact), forward logits with bfloat16 weights, and the "
         "loss backward again with the model compiled by `torch.compile(backend=\"neuron\")` (compared with "
@@ -507,14 +506,8 @@ def render_markdown(records: list[dict], meta: dict) -> str:
 
 def write_report(records: list[dict], out_dir: str | Path, meta: dict) -> tuple[Path, Path]:
     """Writes ``transformers.md`` and ``transformers.json`` into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / "transformers.md", out_dir / "transformers.json"
-    md.write_text(render_markdown(records, meta))
-    payload = {"meta": meta, "summary": summarize(records),
-               "results": sorted(records, key=lambda r: r["arch"])}
-    js.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
-    return md, js
+    return write_records(records, out_dir, meta, report="transformers", render=render_markdown,
+                         summarize=summarize, key="arch")
 
 
 def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
@@ -523,7 +516,7 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.transformers_sweep", item="model type",
+    return sweep_main(argv, doc=__doc__, module="transformers_sweep", item="model type",
                       example="llama,gpt2", all_names=architectures(), fast=FAST_ARCHITECTURES,
                       fast_name="FAST_ARCHITECTURES", unknown="not causal-LM model types: {}",
                       default_timeout=DEFAULT_TIMEOUT, report="transformers", regenerate=REGENERATE,

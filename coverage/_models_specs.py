@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from torch_neuronx.testing._tiny_configs import Override
+from _tiny_configs import Override
 
 BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
 TARGET_LEN = 8  # decoder labels of the sequence-to-sequence tasks
@@ -142,7 +142,7 @@ def _fit_mrope(model) -> None:
 
 
 def tiny_config(model_type: str, task: str):
-    from torch_neuronx.testing._tiny_configs import tiny_config as _tiny
+    from _tiny_configs import tiny_config as _tiny
 
     spec = SPECS.get(model_type)
     config = _tiny(model_type, decoder=(task == "causal-lm"), modalities=True,
@@ -157,7 +157,7 @@ def tiny_config(model_type: str, task: str):
 def build(model_type: str):
     """``(model, config, task)``: the tiny float32 model with the family's head on CPU, weights
     from ``torch.manual_seed(0)``."""
-    from torch_neuronx.testing._tiny_configs import OVERRIDES
+    from _tiny_configs import OVERRIDES
 
     task, cls_name = task_of(model_type)
     config = tiny_config(model_type, task)
@@ -218,13 +218,13 @@ def _get(config, *names, default=None):
 
 
 def _special_ids(config) -> set[int]:
-    from torch_neuronx.testing.transformers_sweep import _special_ids as special
+    from transformers_sweep import _special_ids as special
 
     return special(config)
 
 
 def text_vocab(model, config) -> int:
-    from torch_neuronx.testing.transformers_sweep import _vocab_size
+    from transformers_sweep import _vocab_size
 
     try:
         return _vocab_size(model, config)
@@ -598,7 +598,7 @@ def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict |
                 and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
     out: dict[str, Any] = {}
     if task == "causal-lm":
-        from torch_neuronx.testing.transformers_sweep import _make_batches
+        from transformers_sweep import _make_batches
 
         train, gen = _make_batches(model_type, model, config)
         ctx.batch = train

@@ -26,9 +26,9 @@ dispatcher, as Dynamo traces once a size changes (and as AOTAutograd traces): an
 path through PyTorch's fake kernels (Python decompositions instead of meta kernels), on
 which data-dependent ops run too (their data-dependent sizes are not compared).
 
-    python -m torch_neuronx.testing.fake_sweep             # all ops, writes docs/coverage/fake.{md,json}
-    python -m torch_neuronx.testing.fake_sweep --dynamic   # writes docs/coverage/fake_dynamic.{md,json}
-    python -m torch_neuronx.testing.fake_sweep --ops nn.functional.scaled_dot_product_attention --no-write
+    python coverage/fake_sweep.py             # all ops, writes docs/coverage/fake.{md,json}
+    python coverage/fake_sweep.py --dynamic   # writes docs/coverage/fake_dynamic.{md,json}
+    python coverage/fake_sweep.py --ops nn.functional.scaled_dot_product_attention --no-write
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from torch_neuronx.testing import opinfo_sweep as _ops
+import opinfo_sweep as _ops
 from torch_neuronx.testing._compare import CPUCopy, map_tensors, tensors
 
 DTYPES = _ops.DTYPES
@@ -343,7 +343,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         f"{', '.join(meta['dtypes'])}, run on `neuron` for real and under `FakeTensorMode` (as Dynamo and "
         "AOTAutograd trace): outputs and gradients must agree in shape, dtype, device, significant strides, "
         "storage offset, requires_grad and aliasing. Samples that also fail this way on CPU are `upstream` "
-        "(PyTorch's fake kernels; not the device's to fix). See `torch_neuronx/testing/fake_sweep.py`."
+        "(PyTorch's fake kernels; not the device's to fix). See `coverage/fake_sweep.py`."
         + (" Here the fake inputs have symbolic sizes, as Dynamo traces once a size changes; ops with "
            "data-dependent output sizes then run too (those sizes are not compared)." if dynamic else
            " The same with symbolic sizes: `fake_dynamic.md`."),
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             first = o["failures"][0]["message"] if o["failures"] else f"{o['status']}: {o['error']}"
             print(f"  FAIL {o['op']}: {o['fail']} samples; {first[:200]}")
     if not args.no_write:
-        cmd = _ops.regenerate_command("torch_neuronx.testing.fake_sweep", args, DTYPES,
+        cmd = _ops.regenerate_command("fake_sweep", args, DTYPES,
                                       *(["--dynamic"] if args.dynamic else []))
         write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.dynamic)
     return 0 if s["samples_fail"] == 0 else 1

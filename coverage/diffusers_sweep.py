@@ -12,11 +12,11 @@ output and gets a non-trivial gradient. The CPU run comes first: a model that ca
 on CPU here is ``cpu-unrunnable``, not a device failure. Each model runs in a worker
 process (``run_isolated``), so a crash or a hang is recorded for that model only.
 
-    python -m torch_neuronx.testing.diffusers_sweep [--fast | --only A,B] [--workers N]
+    python coverage/diffusers_sweep.py [--fast | --only A,B] [--workers N]
 
 writes ``docs/coverage/diffusers.{md,json}`` (full runs; subsets only with an explicit
 ``--out-dir``) and exits 1 when any runnable model does not pass. The tiny configs and
-inputs are in ``torch_neuronx/testing/_diffusers_specs.py``.
+inputs are in ``coverage/_diffusers_specs.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 import copy
 import inspect
-import json
 import math
 import sys
 import time
@@ -41,18 +40,18 @@ from typing import Any
 import torch
 
 from torch_neuronx.testing import compare, map_tensors, model_tolerance, tensors
-from torch_neuronx.testing._sweep import (
-    sweep_main,
+from _sweep import (
+    sweep_main, write_records,
     cell, count_statuses, diff_problem, error_text, failure_lines, grad_presence, run_stage, run_with_progress,
     settle, short_ops, unrunnable_lines, without_none_grads,
 )
-from torch_neuronx.testing._sweep import record_from_outcome as _record_from_outcome
+from _sweep import record_from_outcome as _record_from_outcome
 
 DEVICE = "neuron"
 STAGES = ("setup", "forward", "backward", "bf16")
 KEY = "model"  # the name of a record's model (a key of SPECS)
 DEFAULT_TIMEOUT = 300.0
-REGENERATE = "python -m torch_neuronx.testing.diffusers_sweep --workers 2"
+REGENERATE = "python coverage/diffusers_sweep.py --workers 2"
 ZERO_INIT_STD = 0.02  # the spread given to parameters a model initialises to zero
 
 # The CI subset: the models of the pipelines most used, each a different code path.
@@ -63,7 +62,7 @@ FAST_MODELS = (
 
 
 def specs() -> dict:
-    from torch_neuronx.testing._diffusers_specs import SPECS
+    from _diffusers_specs import SPECS
 
     return SPECS
 
@@ -380,7 +379,7 @@ def render_markdown(records: list[dict], meta: dict) -> str:
         "",
         f"Regenerate: `{meta['command']}`",
         "",
-        "Each model class, built from a tiny config (`torch_neuronx/testing/_diffusers_specs.py`) with "
+        "Each model class, built from a tiny config (`coverage/_diffusers_specs.py`) with "
         "random weights, runs on CPU and on `neuron` with the same weights and inputs: every forward output "
         "(eval mode); a backward pass (train mode, loss = a fixed random projection of every output, each "
         "divided by the square root of the output's size so that gradients are of order one) with every "
@@ -418,13 +417,8 @@ def render_markdown(records: list[dict], meta: dict) -> str:
 
 def write_report(records: list[dict], out_dir: str | Path, meta: dict) -> tuple[Path, Path]:
     """Writes ``diffusers.md`` and ``diffusers.json`` into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / "diffusers.md", out_dir / "diffusers.json"
-    md.write_text(render_markdown(records, meta))
-    payload = {"meta": meta, "summary": summarize(records), "results": sorted(records, key=lambda r: r[KEY])}
-    js.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
-    return md, js
+    return write_records(records, out_dir, meta, report="diffusers", render=render_markdown, summarize=summarize,
+                         key=KEY)
 
 
 def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = True) -> list[dict]:
@@ -433,10 +427,10 @@ def run_sweep(names: list[str], workers: int, timeout: float, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sweep_main(argv, doc=__doc__, module="torch_neuronx.testing.diffusers_sweep", item="model name",
+    return sweep_main(argv, doc=__doc__, module="diffusers_sweep", item="model name",
                       example="FluxTransformer2DModel,AutoencoderKL", all_names=model_names(), fast=FAST_MODELS,
                       fast_name="FAST_MODELS",
-                      unknown="no spec for: {} (see torch_neuronx/testing/_diffusers_specs.py)",
+                      unknown="no spec for: {} (see coverage/_diffusers_specs.py)",
                       default_timeout=DEFAULT_TIMEOUT, report="diffusers", regenerate=REGENERATE, run=run_sweep,
                       summarize=summarize, write_report=write_report, key=KEY, list_failures=True,
                       meta=lambda names: {**_versions(), "models": len(names), "unswept": unswept_classes()})

@@ -26,8 +26,8 @@ op in float64 (``compare_with_float64``): neuron's 16-bit matrix products and co
 accumulate in fp32 and round once, where some CPU kernels round partial results (e.g.
 conv_transpose's column sums), so the device may differ from CPU by being more accurate.
 
-    python -m torch_neuronx.testing.opinfo_sweep                 # all ops, writes docs/coverage/ops.{md,json}
-    python -m torch_neuronx.testing.opinfo_sweep --ops add,mm,sum --no-write
+    python coverage/opinfo_sweep.py                 # all ops, writes docs/coverage/ops.{md,json}
+    python coverage/opinfo_sweep.py --ops add,mm,sum --no-write
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from torch_neuronx.testing._compare import (
     CPUCopy, UnsupportedLayout, compare, compare_with_float64, map_tensors, op_tolerance, tensors, to_cpu,
 )  # fmt: skip
 from torch_neuronx.testing._pool import default_workers, positive, run_isolated
+
+from _sweep import script
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
 CORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool)
@@ -511,7 +513,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
     ]
     if failing:
         lines += ["## Failures", "", *failure_rows(ops), ""]
-    from torch_neuronx.testing.cuda_only_ops import markdown as cuda_only_markdown
+    from cuda_only_ops import markdown as cuda_only_markdown
 
     lines += [cuda_only_markdown(), ""]  # what neuron does for the ops no OpInfo sample can reach on CPU
     lines += ["## Per op", "", "| op | samples passed | rate | cpu-error | seconds |", "|---|---:|---:|---:|---:|"]
@@ -579,7 +581,7 @@ def selected_ops(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
 def regenerate_command(module: str, args: argparse.Namespace, default_dtypes: tuple[torch.dtype, ...],
                        *extra: str) -> str:
     """The command line that reproduces a report made with `add_sweep_args`'s options."""
-    cmd = " ".join([f"python -m {module}", *extra])
+    cmd = " ".join([script(module), *extra])
     cmd += f" --ops {args.ops}" if args.ops else " --core" if args.core else ""
     if tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()) != default_dtypes:
         cmd += f" --dtypes {args.dtypes}"
@@ -635,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s")  # fmt: skip
     print_failures(summary["ops"])
     if not args.no_write:
-        cmd = regenerate_command("torch_neuronx.testing.opinfo_sweep", args, DTYPES)
+        cmd = regenerate_command("opinfo_sweep", args, DTYPES)
         write_report(summary, Path(args.out_dir), cmd, seconds, args.workers, dtypes)
     return 0 if summary["samples_failed"] == 0 else 1
 

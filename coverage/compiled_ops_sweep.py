@@ -19,8 +19,8 @@ C++ compile per sample is what this costs: the sweep runs the first ``--max-samp
 samples of each op and dtype (default 3) in float32, bfloat16, int64 and bool, over
 ``opinfo_sweep``'s core ops (``--core``, what ``make coverage-ops-compiled`` runs) or any ops.
 
-    python -m torch_neuronx.testing.compiled_ops_sweep --core   # writes docs/coverage/ops_compiled.{md,json}
-    python -m torch_neuronx.testing.compiled_ops_sweep --ops add,softmax --no-write
+    python coverage/compiled_ops_sweep.py --core   # writes docs/coverage/ops_compiled.{md,json}
+    python coverage/compiled_ops_sweep.py --ops add,softmax --no-write
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from torch_neuronx.testing import opinfo_sweep as _ops
+import opinfo_sweep as _ops
 from torch_neuronx.testing._compare import compare, map_tensors, op_tolerance, tensors, to_cpu
 from torch_neuronx.testing._pool import positive
 
@@ -143,7 +143,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         f"inputs of each in {', '.join(meta['dtypes'])}, compiled with `torch.compile(backend=\"neuron\")` "
         "(static shapes, a fresh compile per sample, Inductor's `fallback_random`) and compared with eager "
         "`neuron`: outputs, and gradients through the compiled backward in float32. Eager `neuron` itself is "
-        "compared with CPU in `ops.md`. See `torch_neuronx/testing/compiled_ops_sweep.py`.",
+        "compared with CPU in `ops.md`. See `coverage/compiled_ops_sweep.py`.",
         "",
         f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
         "",
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({100 * s['pass_rate']:.2f}% of {s['samples_run']} compiled samples) in {seconds:.0f} s")
     _ops.print_failures(s["ops"])
     if not args.no_write:
-        cmd = _ops.regenerate_command("torch_neuronx.testing.compiled_ops_sweep", args, DTYPES)
+        cmd = _ops.regenerate_command("compiled_ops_sweep", args, DTYPES)
         if args.max_samples != MAX_SAMPLES:
             cmd += f" --max-samples {args.max_samples}"
         write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.max_samples)
