@@ -4,7 +4,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
-#include "distributed/backend.h"
+#include "distributed/process_group.h"
 
 namespace py = pybind11;
 

@@ -119,7 +119,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   bool local_only() const { return hosts_.size() == 1; }
   void need_gloo(const char* what) const;
 
-  // Shared-memory algorithms on the host's ranks (local indices); tensors are flat,
+  // Shared-memory algorithms on the host's ranks (local indices; shm_collectives.cpp); tensors are flat,
   // contiguous CPU views of device memory.
   void shm_allreduce(const at::Tensor& src, const at::Tensor& dst, const Reduction& red,
                      neuron::dist::OpDesc& d, Deadline dl);
@@ -143,7 +143,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   void shm_alltoall(const std::vector<at::Tensor>& sends, const std::vector<at::Tensor>& recvs,
                     neuron::dist::OpDesc& d, Deadline dl);
 
-  // Point-to-point.
+  // Point-to-point (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> submit_p2p(bool is_send, std::vector<at::Tensor>& tensors, int peer, int tag);
   void p2p_loop();
   bool advance(P2POp& op);
