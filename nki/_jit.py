@@ -1,9 +1,9 @@
 """``nki.jit`` and ``nki.simulate``: trace once per signature, verify, run in C++.
 
-A call is keyed by its tensors' shapes and dtypes, its other arguments, the target (trn2 /
-trn3) and the launch grid. The first call with a key traces the kernel (Python runs the body,
-recording instructions), the verifier checks the program against the target's limits, and the
-program is cached: later calls only bind memory and run C++.
+A call is keyed by its tensors' shapes and dtypes, its other arguments, the target (trn1 /
+inf2 / trn2 / trn3) and the launch grid. The first call with a key traces the kernel (Python
+runs the body, recording instructions), the verifier checks the program against the target's
+limits, and the program is cached: later calls only bind memory and run C++.
 
 Tensors may be numpy arrays (host memory), CPU torch tensors, or ``neuron`` torch tensors
 (device memory, used in place: no copies). Outputs are allocated where the inputs live.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import threading
 from dataclasses import dataclass
 
@@ -28,13 +27,9 @@ _NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "ui
 
 def _target_from_env() -> str:
     """The NeuronCore generation kernels are traced for: AWS's NEURON_PLATFORM_TARGET_OVERRIDE if
-    set, else the simulated device's NEURON_PLATFORM (default trn2)."""
-    raw = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or os.environ.get("NEURON_PLATFORM") or "trn2"
-    name = {"gen3": "trn2", "gen4": "trn3"}.get(raw.strip().lower(), raw.strip().lower())
-    if name not in ("trn2", "trn3"):
-        raise ValueError(f"NKI target {raw!r} is not supported: use trn2 (gen3) or trn3 (gen4) in "
-                         "NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_PLATFORM")
-    return name
+    set, else the simulated device's NEURON_PLATFORM (default trn2). The platform model parses both
+    (trn1 / inf2 / trn2 / trn3, or gen2 / gen3 / gen4); an unknown name raises ValueError."""
+    return _core.target_from_env()
 
 
 # ---- arguments -------------------------------------------------------------------------------
@@ -365,7 +360,7 @@ def jit(func=None, **options):
     ignored (as in NKI 0.3+); ``platform_target=`` was removed from NKI and is refused."""
     if "platform_target" in options:
         raise TypeError("nki.jit(platform_target=...) was removed in NKI 0.3; set NEURON_PLATFORM_TARGET_OVERRIDE "
-                        "(trn2 / trn3) instead")
+                        "(trn1 / inf2 / trn2 / trn3) instead")
     if func is None:
         return lambda f: Kernel(f, **options)
     return Kernel(func, **options)

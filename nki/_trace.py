@@ -87,7 +87,8 @@ class Trace:
     def __init__(self, target: str, program_id: tuple[int, ...], grid: tuple[int, ...]):
         self.builder = _core.KernelBuilder(target)
         self.target = target
-        self.nc_version = 4 if target == "trn3" else 3
+        self.facts = _core.target_facts(target)  # the platform model's facts of the target chip
+        self.nc_version = self.facts["nc_version"]
         self.program_id = program_id
         self.grid = grid
         self.n_tensors = 0

@@ -54,20 +54,44 @@ bool_ = "bool_"
 
 # ---- tile sizes ------------------------------------------------------------------------------
 class _TileSize:
-    pmax = 128
-    psum_bank_fmax = 512
-    psum_bank_fmax_bytes = 2048
-    psum_fmax = 512
-    psum_num_banks = 8
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    """Tile limits of the target chip (the one being traced for, else the environment's), read
+    from the platform model that the verifier enforces."""
+
     bn_stats_fmax = 512
     psum_min_align = 4
     sbuf_min_align = 1
 
     @property
+    def pmax(self) -> int:
+        return _facts()["partitions"]
+
+    @property
+    def psum_bank_fmax_bytes(self) -> int:
+        return _facts()["psum_bank_bytes"]
+
+    @property
+    def psum_bank_fmax(self) -> int:
+        return self.psum_bank_fmax_bytes // 4  # fp32 elements
+
+    @property
+    def psum_fmax(self) -> int:
+        return self.psum_bank_fmax
+
+    @property
+    def psum_num_banks(self) -> int:
+        return _facts()["psum_banks"]
+
+    @property
+    def gemm_stationary_fmax(self) -> int:
+        return _facts()["pe_cols"]
+
+    @property
+    def gemm_moving_fmax(self) -> int:
+        return self.psum_bank_fmax  # one PSUM bank on every generation (NeuronCore-v4 allows more)
+
+    @property
     def sbuf_fmax_bytes(self) -> int:
-        return 256 * 1024 if _target() == "trn3" else 224 * 1024
+        return _facts()["sbuf_partition_bytes"]
 
     @property
     def sbuf_fmax(self) -> int:
@@ -79,17 +103,18 @@ class _TileSize:
 
     @property
     def sbuf_size_bytes(self) -> int:
-        return self.sbuf_fmax_bytes * 128
+        return self.sbuf_fmax_bytes * self.pmax
 
 
 tile_size = _TileSize()
 
 
-def _target() -> str:
-    from ._trace import _local
+def _facts() -> dict:
+    from ._jit import _target_from_env
+    from ._trace import _core, _local
 
     t = getattr(_local, "trace", None)
-    return t.target if t is not None else "trn2"
+    return t.facts if t is not None else _core.target_facts(_target_from_env())
 
 
 # ---- creation --------------------------------------------------------------------------------

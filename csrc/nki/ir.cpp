@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "nki/numerics.h"
+#include "runtime/platform.h"
 
 namespace neuron::nki {
 
@@ -100,10 +101,16 @@ LiveRanges live_ranges(const Kernel& k) {
 }
 
 Target target_for(const std::string& name) {
-  // SBUF per partition: 224 KiB on NeuronCore-v3 (trn2), 256 KiB on v4 (trn3).
-  if (name == "trn2") return Target{"trn2", 3, 224 * 1024};
-  if (name == "trn3") return Target{"trn3", 4, 256 * 1024};
-  throw std::invalid_argument("unknown NKI target '" + name + "': expected trn2 or trn3");
+  const rt::ChipFacts* c = rt::find_chip(name);
+  if (c == nullptr) throw std::invalid_argument("unknown NKI target '" + name + "': expected trn1, inf2, trn2 or trn3");
+  return Target{c->name,
+                c->nc_version,
+                static_cast<int64_t>(c->sbuf_partition_bytes),
+                static_cast<int64_t>(c->psum_partition_bytes),
+                static_cast<int64_t>(c->psum_bank_bytes),
+                c->partitions,
+                c->gemm_moving_fmax,
+                c->gemm_moving_fmax_bf16};
 }
 
 void decode_run(DType d, const uint8_t* p, int64_t stride, int64_t n, float* out) {

@@ -175,16 +175,20 @@ struct Instr {
   std::string text = {};  // kDevicePrint's label; empty for every other op
 };
 
-// The simulated NeuronCore generation a kernel is traced for.
+// The simulated NeuronCore generation a kernel is traced for: the verifier's view of a chip of
+// the platform model (runtime/platform.h), which owns every value; target_for fills it.
 struct Target {
-  std::string name;          // "trn2" / "trn3"
-  int nc_version;            // 3 (trn2) / 4 (trn3)
-  int64_t sbuf_partition_bytes;
-  int64_t psum_partition_bytes = 16 * 1024;
-  int64_t psum_bank_bytes = 2 * 1024;
-  int64_t partitions = 128;
+  std::string name;          // "trn1" / "inf2" / "trn2" / "trn3"
+  int nc_version = 0;        // 2 (trn1, inf2) / 3 (trn2) / 4 (trn3)
+  int64_t sbuf_partition_bytes = 0;
+  int64_t psum_partition_bytes = 0;
+  int64_t psum_bank_bytes = 0;
+  int64_t partitions = 0;
+  int64_t gemm_moving_fmax = 0;       // fp32 result
+  int64_t gemm_moving_fmax_bf16 = 0;  // bf16 result
 };
-Target target_for(const std::string& name);  // throws std::invalid_argument
+// A platform name ("trn2", "gen3", ...: runtime::find_chip); throws std::invalid_argument.
+Target target_for(const std::string& name);
 
 struct Kernel {
   Target target;

@@ -746,7 +746,7 @@ class Verifier {
                                          " free elements; at most 128 (nl.tile_size.gemm_stationary_fmax)");
     }
     // One PSUM bank of results (512 fp32) per matmul; NeuronCore-v4 writes across all 8 banks.
-    const int64_t n_max = k_.target.nc_version >= 4 ? (dt(dst) == DType::kBFloat16 ? 8192 : 4096) : 512;
+    const int64_t n_max = dt(dst) == DType::kBFloat16 ? k_.target.gemm_moving_fmax_bf16 : k_.target.gemm_moving_fmax;
     if (N > n_max) {
       fail("matmul-moving-free", "moving " + describe(mv) + " has " + std::to_string(N) + " free elements; at most " +
                                      std::to_string(n_max) + (n_max == 512 ? " (nl.tile_size.gemm_moving_fmax)" :

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "aten/neuron.h"
+#include "python/chip_facts.h"
 #include "runtime/memory.h"
 #include "runtime/platform.h"
 #include "runtime/stream.h"
@@ -27,22 +28,9 @@ namespace {
 
 py::dict platform_dict() {
   const rt::Platform& p = rt_call([] { return std::cref(rt::platform()); }).get();
-  py::dict d;
-  d["platform"] = p.chip->name;
-  d["core"] = p.chip->core_name;
+  py::dict d = chip_facts_dict(*p.chip);
   d["lnc"] = p.lnc;
-  d["physical_cores_per_chip"] = p.chip->physical_cores;
   d["logical_cores_per_chip"] = p.logical_cores;
-  d["hbm_per_chip"] = p.chip->hbm_bytes;
-  d["hbm_tbps"] = p.chip->hbm_tbps;
-  d["bf16_tflops"] = p.chip->bf16_tflops;
-  d["fp32_tflops"] = p.chip->fp32_tflops;
-  d["fp8_tflops"] = p.chip->fp8_tflops;
-  d["sbuf_bytes_per_core"] = p.chip->sbuf_bytes;
-  d["psum_bytes_per_core"] = p.chip->psum_bytes;
-  d["supports_fp8"] = p.chip->supports_fp8;
-  d["supports_mx"] = p.chip->supports_mx;
-  d["engine_ghz"] = p.chip->engine_ghz;
   d["launch_blocking"] = p.launch_blocking;
   d["memory_source"] = p.memory_source;
   d["device_count"] = p.devices.size();
@@ -60,7 +48,9 @@ py::dict device_dict(int index) {
   d["physical_cores"] = dev.physical_cores;
   d["total_memory"] = mem.capacity;
   d["platform"] = p.chip->name;
+  d["product"] = p.chip->product;
   d["core"] = p.chip->core_name;
+  d["nc_version"] = p.chip->nc_version;
   d["lnc"] = p.lnc;
   return d;
 }

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "nki/execute.h"
+#include "python/chip_facts.h"
+#include "runtime/errors.h"
+#include "runtime/platform.h"
 
 namespace py = pybind11;
 
@@ -36,6 +39,20 @@ void register_nki(py::module_& parent) {
   // Large tiles run on torch's intra-op thread pool (one pool per process: no oversubscription).
   neuron::nki::set_parallel_for([](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
     at::parallel_for(0, n, 1, body);
+  });
+  // The target's name from NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_PLATFORM (runtime/platform.h
+  // parses them) and a target's facts, which nl.tile_size reads.
+  m.def("target_from_env", [] {
+    try {
+      return std::string(neuron::rt::nki_target_from_env().name);
+    } catch (const neuron::rt::Error& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("target_facts", [](const std::string& name) {
+    const neuron::rt::ChipFacts* c = neuron::rt::find_chip(name);
+    if (c == nullptr) throw py::value_error("unknown NKI target '" + name + "': expected trn1, inf2, trn2 or trn3");
+    return chip_facts_dict(*c);
   });
   py::class_<KernelBuilder>(m, "KernelBuilder")
       .def(py::init([](const std::string& target) {

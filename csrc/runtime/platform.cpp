@@ -16,13 +16,103 @@ namespace neuron::rt {
 namespace {
 
 constexpr uint64_t kGiB = 1ull << 30;
-constexpr uint64_t kMiB = 1ull << 20;
 constexpr long long kMaxCoreId = 65535;
 
-const ChipFacts kTrn2{Chip::kTrn2, "trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9, 667, 181, 1299,
-                      24 * kMiB, 2 * kMiB, false, false, 1.2};
-const ChipFacts kTrn3{Chip::kTrn3, "trn3", "NeuronCore-v4", 8, 144 * kGiB, 4.9, 671, 183, 2517,
-                      32 * kMiB, 2 * kMiB, true, true, 1.2};
+constexpr uint64_t kKiB = 1ull << 10;
+
+// Sources are pages of AWS's Neuron documentation (aws-neuron-sdk, SDK 2.33):
+//   chip pages   about-neuron/arch/neuron-hardware/{trainium,inferentia2,trainium2,trainium3}.rst
+//   core pages   about-neuron/arch/neuron-hardware/neuron-core-v{2,3,4}.rst
+//   NKI guides   nki/guides/architecture/{trainium_inferentia2,trainium2,trainium3}_arch.rst
+// Where pages disagree the choice is noted. Per-core TensorE TFLOPS for NeuronCore-v2 is the chip
+// figure over its two cores (the core page gives none).
+
+// NeuronCore-v2: one definition for trn1 and inf2, which differ only in name and product.
+constexpr ChipFacts nc_v2(Chip chip, const char* name, const char* product) {
+  return ChipFacts{
+      .chip = chip, .name = name, .product = product, .core_name = "NeuronCore-v2", .nc_version = 2,
+      .torch_device = false,
+      .physical_cores = 2,                 // chip pages: two NeuronCore-v2
+      .partitions = 128,                   // NKI guide (trainium_inferentia2_arch)
+      .sbuf_partition_bytes = 192 * kKiB,  // 24 MiB SBUF per core = 128 x 192 KiB (NKI guide)
+      .psum_partition_bytes = 16 * kKiB,   // 2 MiB PSUM per core (NKI guide)
+      .psum_banks = 8,
+      .psum_bank_bytes = 2 * kKiB,         // 512 fp32 per bank (NKI guide)
+      .pe_rows = 128, .pe_cols = 128,      // TensorE systolic array (NKI guide)
+      .gemm_moving_fmax = 512, .gemm_moving_fmax_bf16 = 512,  // one PSUM bank (NKI guide)
+      .tensor_ghz = 2.8,                   // TensorE clock (NKI guide)
+      .vector_ghz = 1.4,                   // the guides give a 0.96-1.4 GHz class: the upper end
+      .engine_ghz = 1.4,                   // as VectorE (no separate figure published)
+      .vector_fp32_tflops = 2.3,           // core page: VectorE 2.3 FP32 TFLOPS
+      .core_bf16_tflops = 95, .core_fp32_tflops = 23.75, .core_fp8_tflops = 95,  // chip / 2
+      .bf16_tflops = 190, .fp32_tflops = 47.5, .fp8_tflops = 190,  // chip pages (cFP8 190)
+      .hbm_bytes = 32 * kGiB,              // chip pages
+      .hbm_tbps = 0.82,                    // chip pages: 820 GB/s
+      .dma_engines_per_core = 16,          // NKI guide: 16 DMA engines per core
+      .dma_engine_gbps = 27,               // NKI guide: ~27 GB/s each
+      .dma_tbps = 1.0,                     // chip pages: 1 TB/s of DMA bandwidth
+      .link_name = "NeuronLink-v2",        // chip pages
+      .link_tbps = 0,                      // no per-chip figure published
+      .supports_fp8 = false, .supports_mx = false};
+}
+
+constexpr ChipFacts kTrn1 = nc_v2(Chip::kTrn1, "trn1", "Trainium");
+constexpr ChipFacts kInf2 = nc_v2(Chip::kInf2, "inf2", "Inferentia2");
+
+constexpr ChipFacts kTrn2{
+    .chip = Chip::kTrn2, .name = "trn2", .product = "Trainium2", .core_name = "NeuronCore-v3", .nc_version = 3,
+    .torch_device = true,
+    .physical_cores = 8,                 // chip page: eight NeuronCore-v3 (LNC=2 -> 4 logical)
+    .partitions = 128,
+    .sbuf_partition_bytes = 224 * kKiB,  // 28 MiB per core = 128 x 224 KiB (core page "28MB"; trn3 page
+                                         // "up from 28 MiB"); 24 MiB is NeuronCore-v2
+    .psum_partition_bytes = 16 * kKiB,   // 2 MiB PSUM per core (NKI guide trainium2_arch)
+    .psum_banks = 8,
+    .psum_bank_bytes = 2 * kKiB,
+    .pe_rows = 128, .pe_cols = 128,
+    .gemm_moving_fmax = 512, .gemm_moving_fmax_bf16 = 512,
+    .tensor_ghz = 2.4,                   // NKI guide trainium2_arch
+    .vector_ghz = 0.96,                  // NKI guide: 512 BF16 elements/cycle at 0.96 GHz
+    .engine_ghz = 1.2,                   // NKI guide: ScalarE and GpSimdE at 1.2 GHz
+    .vector_fp32_tflops = 1.0,           // NKI guide
+    .core_bf16_tflops = 79, .core_fp32_tflops = 20, .core_fp8_tflops = 158,  // core page
+    // Chip page (8 x the core figures is 632 BF16: the pages disagree; the chip page is kept for
+    // chip totals, the core page for per-core rates).
+    .bf16_tflops = 667, .fp32_tflops = 181, .fp8_tflops = 1299,
+    .hbm_bytes = 96 * kGiB,
+    .hbm_tbps = 2.9,                     // chip page (the NKI guide rounds to 3 TB/s)
+    .dma_engines_per_core = 16,          // NKI guide: 128 DMA engines per chip
+    .dma_engine_gbps = 3500.0 / 128,     // the chip's DMA bandwidth over its engines
+    .dma_tbps = 3.5,                     // chip page
+    .link_name = "NeuronLink-v3",
+    .link_tbps = 1.28,                   // chip page
+    .supports_fp8 = false, .supports_mx = false};
+
+constexpr ChipFacts kTrn3{
+    .chip = Chip::kTrn3, .name = "trn3", .product = "Trainium3", .core_name = "NeuronCore-v4", .nc_version = 4,
+    .torch_device = true,
+    .physical_cores = 8,                 // chip page: eight NeuronCore-v4
+    .partitions = 128,
+    .sbuf_partition_bytes = 256 * kKiB,  // 32 MiB per core = 128 x 256 KiB (core page)
+    .psum_partition_bytes = 16 * kKiB,   // 2 MiB PSUM per core (NKI guide trainium3_arch)
+    .psum_banks = 8,
+    .psum_bank_bytes = 2 * kKiB,
+    .pe_rows = 128, .pe_cols = 128,
+    .gemm_moving_fmax = 4096, .gemm_moving_fmax_bf16 = 8192,  // NKI guide: a matmul writes all 8 banks
+    .tensor_ghz = 2.4,                   // NKI guide trainium3_arch
+    .vector_ghz = 1.2,
+    .engine_ghz = 1.2,                   // ScalarE (256 BF16 lanes) and GpSimdE at 1.2 GHz
+    .vector_fp32_tflops = 1.2,
+    .core_bf16_tflops = 79, .core_fp32_tflops = 20, .core_fp8_tflops = 315,  // core page (MXFP8)
+    .bf16_tflops = 671, .fp32_tflops = 183, .fp8_tflops = 2517,             // chip page
+    .hbm_bytes = 144 * kGiB,
+    .hbm_tbps = 4.9,                     // chip page (the NKI guide says 4.7)
+    .dma_engines_per_core = 16,          // as NeuronCore-v3 (no figure published for v4)
+    .dma_engine_gbps = 4900.0 / 128,     // the chip's DMA bandwidth over 128 engines
+    .dma_tbps = 4.9,                     // chip page
+    .link_name = "NeuronLink-v4",
+    .link_tbps = 2.56,                   // chip page
+    .supports_fp8 = true, .supports_mx = true};
 
 [[noreturn]] void config_fail(const std::string& msg) { throw Error(ErrorCode::kConfig, msg); }
 
@@ -46,12 +136,10 @@ std::unique_ptr<Platform> build_platform() {
   auto p = std::make_unique<Platform>();
 
   const char* plat = env("NEURON_PLATFORM");
-  std::string plat_s = plat ? trim(plat) : "trn2";
-  if (plat_s == "trn2" || plat_s.empty()) {
-    p->chip = &kTrn2;
-  } else if (plat_s == "trn3") {
-    p->chip = &kTrn3;
-  } else {
+  std::string plat_s = plat ? trim(plat) : "";
+  p->chip = plat_s.empty() ? &kTrn2 : find_chip(plat_s);
+  // trn1 / inf2 are NKI targets only: the torch device simulates trn2 and trn3.
+  if (p->chip == nullptr || !p->chip->torch_device) {
     config_fail("NEURON_PLATFORM='" + plat_s + "' is not a known platform; set it to 'trn2' or 'trn3' (or unset it for trn2).");
   }
 
@@ -132,7 +220,46 @@ void ensure_parsed() {
 
 }  // namespace
 
-const ChipFacts& chip_facts(Chip chip) { return chip == Chip::kTrn2 ? kTrn2 : kTrn3; }
+const ChipFacts& chip_facts(Chip chip) {
+  switch (chip) {
+    case Chip::kTrn1: return kTrn1;
+    case Chip::kInf2: return kInf2;
+    case Chip::kTrn2: return kTrn2;
+    case Chip::kTrn3: return kTrn3;
+  }
+  return kTrn2;
+}
+
+const std::vector<const ChipFacts*>& all_chips() {
+  static const std::vector<const ChipFacts*> chips{&kTrn1, &kInf2, &kTrn2, &kTrn3};
+  return chips;
+}
+
+const ChipFacts* find_chip(const std::string& name_in) noexcept {
+  std::string name;
+  for (char c : trim(name_in)) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // AWS's NKI names generations too (NEURON_PLATFORM_TARGET_OVERRIDE=gen3).
+  if (name == "gen2") return &kTrn1;
+  if (name == "gen3") return &kTrn2;
+  if (name == "gen4") return &kTrn3;
+  for (const ChipFacts* c : all_chips()) {
+    if (name == c->name) return c;
+  }
+  return nullptr;
+}
+
+const ChipFacts& nki_target_from_env() {
+  const char* var = "NEURON_PLATFORM_TARGET_OVERRIDE";
+  const char* raw = env(var);
+  if (raw == nullptr || trim(raw).empty()) {
+    var = "NEURON_PLATFORM";
+    raw = env(var);
+  }
+  if (raw == nullptr || trim(raw).empty()) return kTrn2;
+  if (const ChipFacts* c = find_chip(raw)) return *c;
+  config_fail(std::string("NKI target '") + trim(raw) + "' (" + var + ") is not supported: use trn1 (gen2), inf2, "
+              "trn2 (gen3) or trn3 (gen4) in NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_PLATFORM.");
+}
 
 std::vector<int> parse_core_list(const std::string& spec_in, const char* var) {
   std::vector<int> out;

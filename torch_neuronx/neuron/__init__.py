@@ -189,8 +189,7 @@ class _NeuronDeviceProperties:
 
 
 def _device_name(info: dict) -> str:
-    chip = {"trn2": "Trainium2", "trn3": "Trainium3"}[info["platform"]]
-    return f"{chip} {info['core']} (LNC={info['lnc']}, simulated)"
+    return f"{info['product']} {info['core']} (LNC={info['lnc']}, simulated)"
 
 
 def get_device_properties(device: Any = None) -> _NeuronDeviceProperties:
@@ -204,12 +203,13 @@ def get_device_name(device: Any = None) -> str:
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
     """(NeuronCore generation, 0): 3 for trn2 (NeuronCore-v3), 4 for trn3."""
-    props = get_device_properties(device)
-    return (3 if props.platform == "trn2" else 4, 0)
+    idx = _get_device_index(device, optional=True)
+    return (int(_C._device_properties(idx if idx >= 0 else current_device())["nc_version"]), 0)
 
 
 def get_platform() -> dict:
-    """The simulated platform: chip, LNC, core counts, HBM, peak throughput."""
+    """The simulated platform: the platform model's facts of the chip (cores, SBUF/PSUM, engine
+    clocks, TFLOPS, HBM, DMA, links, nc_version) and the device configuration (LNC, devices)."""
     return dict(_C._platform())
 
 
