@@ -37,7 +37,7 @@ deps: .venv/.deps
 
 build: .venv/.built
 
-# TorchTitan for its test (tests/test_torchtitan.py), in its own directory (requirements-titan.txt).
+# TorchTitan for its test (tests/ecosystem/test_torchtitan.py), in its own directory (requirements-titan.txt).
 .venv/.titan: .venv/.deps requirements-titan.txt
 	rm -rf .venv/titan
 	$(PIP) install -q --no-deps --target .venv/titan -r requirements-titan.txt
@@ -54,9 +54,9 @@ test-cpp: sysdeps
 test-py: build titan-deps
 	$(PY) -m pytest tests -q --durations=40
 
-# TorchTitan's own trainer on 4 processes (tests/test_torchtitan.py).
+# TorchTitan's own trainer on 4 processes (tests/ecosystem/test_torchtitan.py).
 test-titan: build titan-deps
-	$(PY) -m pytest tests/test_torchtitan.py -q -m titan
+	$(PY) -m pytest tests/ecosystem/test_torchtitan.py -q -m titan
 
 bench: build
 	$(PY) benchmarks/eager_overhead.py

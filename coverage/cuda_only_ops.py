@@ -9,7 +9,7 @@ and that is how such ops are reached from ordinary ``nn`` code.
 
 The op list comes from torchgen's packaged ``native_functions.yaml`` of the installed
 torch; which ops are reachable, and from where, is recorded in :data:`REACHABLE` and
-checked by running public APIs on the device (``--probe``; ``tests/test_cuda_only_ops.py``).
+checked by running public APIs on the device (``--probe``; ``tests/device/test_cuda_only_ops.py``).
 
     python coverage/cuda_only_ops.py           # the Markdown section (in docs/coverage/ops.md)
     python coverage/cuda_only_ops.py --list    # op names, one a line
@@ -331,7 +331,7 @@ def markdown(ops: list[CudaOnlyOp] | None = None) -> str:
         "Regenerate: `make coverage-ops` (this section alone: `python coverage/cuda_only_ops.py`). "
         "`python coverage/cuda_only_ops.py --probe` runs "
         "public `torch.nn` APIs forward and backward on `neuron` and reports the CUDA-only ops they reach; "
-        "`tests/test_cuda_only_ops.py` checks the reachable ones.",
+        "`tests/device/test_cuda_only_ops.py` checks the reachable ones.",
         "",
         "| op | category | reachable from | neuron |",
         "|---|---|---|---|",

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-DIST_DIR = Path(__file__).parent / "dist"
+DIST_DIR = Path(__file__).parent / "distributed" / "workers"
 SHM_PREFIX = "torch_neuronx"  # shared-memory segments of the neuron backend start with this
 
 
@@ -73,7 +73,7 @@ def torchrun(
     expect_ok: bool = True,
     launcher_args: tuple[str, ...] = (),
 ) -> DistResult:
-    """Run ``tests/dist/<script>`` on ``nprocs`` local ranks; returns rc and combined output."""
+    """Run ``tests/distributed/workers/<script>`` on ``nprocs`` local ranks; returns rc and combined output."""
     before = shm_entries()
     full_env = dict(os.environ)
     full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
@@ -96,7 +96,7 @@ def torchrun(
 def accelerate_launch(script: str, nprocs: int = 2, launch_args: tuple[str, ...] | list[str] = (),
                       script_args: tuple[str, ...] | list[str] = (), env: dict | None = None,
                       timeout: float = 300) -> str:
-    """``accelerate launch --num_processes N <launch_args> tests/dist/<script> <script_args>`` with
+    """``accelerate launch --num_processes N <launch_args> tests/distributed/workers/<script> <script_args>`` with
     OMP_NUM_THREADS=1, a free port, an empty HF_HOME (no user accelerate config) and no Hub.
     Returns the output; fails on a non-zero exit, a timeout or shared memory left behind."""
     with tempfile.TemporaryDirectory(prefix="accelerate-launch-") as tmp:
@@ -125,7 +125,7 @@ def free_port() -> int:
 
 
 def spawn_ranks(script: str, nprocs: int, *args: str, timeout: float = 180, env: dict | None = None):
-    """Start ``nprocs`` ranks of ``tests/dist/<script>`` directly (no torchrun agent, which
+    """Start ``nprocs`` ranks of ``tests/distributed/workers/<script>`` directly (no torchrun agent, which
     would kill the survivors as soon as one rank dies). Returns [(returncode, output)] by rank."""
     before = shm_entries()
     port = free_port()

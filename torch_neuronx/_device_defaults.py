@@ -7,7 +7,7 @@ NeuronCore, the right entry is registered here, once, at device registration.
 That includes fake tensors (what Dynamo and AOTAutograd trace with): PyTorch's fake
 kernels describe the CPU's kernel for "cpu" and CUDA's for any other device, while
 neuron runs the CPU's kernels, so where the two differ neuron's fakes are described as
-the CPU's (tests/test_fake_tensor.py, `make coverage-fake`).
+the CPU's (tests/compile/test_fake_tensor.py, `make coverage-fake`).
 """
 
 from __future__ import annotations

@@ -96,6 +96,24 @@ TEST(PlatformModel, DocumentedSizes) {
   EXPECT_EQ(rt::chip_facts(rt::Chip::kTrn3).hbm_bytes, 144 * kGiB);
 }
 
+TEST(PlatformModel, Trn2AndTrn3Facts) {
+  const rt::ChipFacts& t2 = rt::chip_facts(rt::Chip::kTrn2);
+  const rt::ChipFacts& t3 = rt::chip_facts(rt::Chip::kTrn3);
+  EXPECT_EQ(t2.chip, rt::Chip::kTrn2);
+  EXPECT_STREQ(t2.name, "trn2");
+  EXPECT_STREQ(t2.core_name, "NeuronCore-v3");
+  EXPECT_EQ(t2.physical_cores, 8);
+  EXPECT_EQ(t2.hbm_bytes, 96 * kGiB);
+  EXPECT_FALSE(t2.supports_fp8);
+  EXPECT_EQ(t3.chip, rt::Chip::kTrn3);
+  EXPECT_STREQ(t3.name, "trn3");
+  EXPECT_STREQ(t3.core_name, "NeuronCore-v4");
+  EXPECT_EQ(t3.physical_cores, 8);
+  EXPECT_EQ(t3.hbm_bytes, 144 * kGiB);
+  EXPECT_TRUE(t3.supports_fp8);
+  EXPECT_TRUE(t3.supports_mx);
+}
+
 TEST(PlatformModel, FindChipNamesAndGenerations) {
   EXPECT_EQ(rt::find_chip(" TRN1 "), &rt::chip_facts(rt::Chip::kTrn1));
   EXPECT_EQ(rt::find_chip("inf2"), &rt::chip_facts(rt::Chip::kInf2));

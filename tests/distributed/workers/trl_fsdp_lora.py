@@ -1,4 +1,4 @@
-"""Worker of tests/test_trl.py: TRL ``SFTTrainer`` with a LoRA adapter under accelerate's FSDP2
+"""Worker of tests/ecosystem/test_trl.py: TRL ``SFTTrainer`` with a LoRA adapter under accelerate's FSDP2
 plugin, launched the way TRL documents it:
 
     accelerate launch --config_file <trl>/accelerate_configs/fsdp2.yaml --num_processes 2 worker.py ...
@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/_tiny_qwen3.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/_tiny_qwen3.py
 
 import torch
 import torch.distributed as dist

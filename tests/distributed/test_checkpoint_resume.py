@@ -3,8 +3,8 @@ plugin (sharded state dicts through torch.distributed.checkpoint) saves a checkp
 processes end (or are killed right after the save), and new processes continue with
 ``trainer.train(resume_from_checkpoint=...)``. The oracle is the uninterrupted run with the same
 seeds: the losses after the resume, the AdamW state, the LR scheduler and the RNG states (Python,
-NumPy, CPU and the device's) must be what that run had. Worker: tests/dist/hf_trainer_resume.py;
-TorchTitan's own checkpoints are in tests/test_torchtitan.py.
+NumPy, CPU and the device's) must be what that run had. Worker: tests/distributed/workers/hf_trainer_resume.py;
+TorchTitan's own checkpoints are in tests/ecosystem/test_torchtitan.py.
 """
 
 from __future__ import annotations

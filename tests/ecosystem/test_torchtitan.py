@@ -2,7 +2,7 @@
 processes: FSDP 2 x tensor parallel 2, selective activation checkpointing, AdamW with warm-up
 (``make test-titan``, which installs it into ``.venv/titan``; see docs/huggingface.md, TorchTitan).
 The exact comparison of the same recipe with one CPU process is ``fsdp2_tp_ac`` in
-tests/test_distributed_parallel.py; here the trainer's own log is checked. Its checkpoints: saved at
+tests/distributed/test_distributed_parallel.py; here the trainer's own log is checked. Its checkpoints: saved at
 step 3, resumed by new processes on the same mesh and on 2 ranks, the losses continue unchanged."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from _dist import DIST_DIR, torchrun
 from _subprocess import run_python
 
-TITAN = Path(__file__).resolve().parent.parent / ".venv" / "titan"
+TITAN = Path(__file__).resolve().parents[2] / ".venv" / "titan"
 STEPS = 6
 STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([-\d.naninf]+)\s+grad_norm:\s+([-\d.naninf]+)")
 

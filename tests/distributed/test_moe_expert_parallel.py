@@ -2,7 +2,7 @@
 DeepSeek-V3 and GPT-OSS models load through Transformers' ``DistributedConfig(fsdp_size=N,
 ep_size=N)``, experts split across the ranks with all-to-all token routing over the
 ``neuron`` backend, and train; every step's loss and every parameter afterwards match the
-same training on one process (CPU). Worker: tests/dist/moe_ep.py."""
+same training on one process (CPU). Worker: tests/distributed/workers/moe_ep.py."""
 
 from __future__ import annotations
 

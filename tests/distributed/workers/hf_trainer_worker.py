@@ -1,4 +1,4 @@
-"""Worker of tests/test_distributed_hf.py: ``transformers.Trainer`` with DDP, under torchrun.
+"""Worker of tests/distributed/test_distributed_hf.py: ``transformers.Trainer`` with DDP, under torchrun.
 
 A tiny LLaMA built from its config (no downloads, no tokenizer) learns a simple rule on
 random token ids (each sequence counts up by one modulo the vocabulary, from a random start).
@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/_tiny_llama.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/_tiny_llama.py
 
 import torch
 import torch.distributed as dist

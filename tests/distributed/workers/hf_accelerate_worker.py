@@ -1,4 +1,4 @@
-"""Worker of tests/test_distributed_hf.py, launched by ``accelerate launch --num_processes 2``.
+"""Worker of tests/distributed/test_distributed_hf.py, launched by ``accelerate launch --num_processes 2``.
 
 Nothing here chooses the device or the backend: ``Accelerator()`` must find the neuron device
 and its process group on its own (accelerate's MULTI_NEURON path). Checks, on every process:

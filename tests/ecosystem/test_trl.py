@@ -318,7 +318,7 @@ TP_STEPS, TP_BATCH, TP_LR = 4, 4, 3e-3  # TP_BATCH per data-parallel group: glob
 
 def test_sft_tp2_fsdp2_four_processes_match_one_process(tmp_path):
     """Full fine-tuning sharded by ``DistributedConfig(tp_size=2, fsdp_size=2)`` on 4 ranks
-    (tests/dist/trl_sft_tp_fsdp.py) against one CPU process on the same global batches."""
+    (tests/distributed/workers/trl_sft_tp_fsdp.py) against one CPU process on the same global batches."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = make_tokenizer()
@@ -368,7 +368,7 @@ def test_sft_tp2_fsdp2_four_processes_match_one_process(tmp_path):
 
 def test_sft_lora_fsdp2_accelerate_two_processes_match_one_process(tmp_path):
     """TRL's own FSDP2 accelerate config (``trl/accelerate_configs/fsdp2.yaml``) with a LoRA adapter
-    on 2 neuron processes (tests/dist/trl_fsdp_lora.py) against one CPU process on the same global
+    on 2 neuron processes (tests/distributed/workers/trl_fsdp_lora.py) against one CPU process on the same global
     batches. ``--mixed_precision no`` overrides the config's bf16 so that the two agree to rounding."""
     from peft import LoraConfig
     from safetensors.torch import load_file

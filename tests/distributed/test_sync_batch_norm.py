@@ -1,7 +1,7 @@
 """The batch-norm statistics ops behind ``nn.SyncBatchNorm`` (CUDA-only in PyTorch; kernels of
 ours on ``neuron``), each against a float64 CPU reference written from its definition, with
 the output dtypes and memory formats CUDA gives; then SyncBatchNorm itself on two ranks
-(``tests/dist/sync_batch_norm.py``) against BatchNorm of the global batch on CPU."""
+(``tests/distributed/workers/sync_batch_norm.py``) against BatchNorm of the global batch on CPU."""
 
 from __future__ import annotations
 

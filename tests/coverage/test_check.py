@@ -94,7 +94,7 @@ def test_fallback_op_is_still_a_fallback():
     torch.logcumsumexp(x, dim=1)
     assert FALLBACK_OP in torch.neuron.get_fallback_ops(), (
         f"{FALLBACK_OP} no longer runs through the generic fallback (it got a native kernel?): pick another "
-        "op without an explicit neuron kernel for FALLBACK_OP and the test models in tests/test_check.py"
+        "op without an explicit neuron kernel for FALLBACK_OP and the test models in tests/coverage/test_check.py"
     )
 
 

@@ -5,9 +5,9 @@ c10d backend, chosen by the libraries themselves.
   finds the device through ``torch.accelerator.current_accelerator()`` / ``torch.neuron``,
   launches with torchrun because ``torch.neuron.device_count() > 1``, initializes the process
   group with backend ``"neuron"`` (its TORCH_DISTRIBUTED_BACKENDS table) and takes the device
-  as ``torch.neuron.current_device()``. Worker: tests/dist/hf_accelerate_worker.py.
+  as ``torch.neuron.current_device()``. Worker: tests/distributed/workers/hf_accelerate_worker.py.
 * ``transformers.Trainer`` with DDP on 2 processes (torchrun), a tiny LLaMA from its config.
-  Worker: tests/dist/hf_trainer_worker.py.
+  Worker: tests/distributed/workers/hf_trainer_worker.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A process that never sets its device gets one from its DeviceMesh: global rank % device
 count when no launcher said LOCAL_RANK (CUDA's rule); FSDP2 then computes there.
-Launched by tests/test_distributed_collectives.py through spawn_ranks."""
+Launched by tests/distributed/test_distributed_collectives.py through spawn_ranks."""
 
 from __future__ import annotations
 

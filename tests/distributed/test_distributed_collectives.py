@@ -56,7 +56,7 @@ PARITY_CHECKS = ["profiler", "uneven_all_gather", "uneven_reduce_scatter", "self
 def test_what_pytorch_distributed_tests_expect_of_a_backend():
     """Profiler events per collective (gloo in the same processes is the oracle), uneven
     all_gather / reduce_scatter, send/recv to oneself, c10d's timeout wording, and pipelines
-    whose stages talk within one rank (tests/dist/c10d_parity.py)."""
+    whose stages talk within one rank (tests/distributed/workers/c10d_parity.py)."""
     res = torchrun("c10d_parity.py", 2, timeout=300)
     _assert_checks(res.out, PARITY_CHECKS, 1)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from _dist import torchrun
 from _subprocess import run_python
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_lora_finetune():

@@ -2,7 +2,7 @@
 
 Where the CPU picks its flash kernel, neuron answers "efficient" and runs the same CPU
 kernel underneath, so results equal CPU bit for bit while context parallelism and DTensor
-see the ops they shard (tests/dist/parallel2.py checks context parallel end to end).
+see the ops they shard (tests/distributed/workers/parallel2.py checks context parallel end to end).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ aliasing, gradients): scaled_dot_product_attention in all its variants, the effi
 attention ops it takes on neuron, and the OpInfo samples of the core ops (the whole
 op_db is `make coverage-fake`). Compiled SDPA (backends "eager" and "aot_eager",
 forward and backward) must equal eager on neuron, which equals CPU bit for bit
-(tests/test_attention.py).
+(tests/device/test_attention.py).
 """
 
 from __future__ import annotations

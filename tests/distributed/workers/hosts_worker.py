@@ -1,4 +1,4 @@
-"""Worker of tests/test_distributed_hosts.py: one rank of a job that spans two simulated hosts.
+"""Worker of tests/distributed/test_distributed_hosts.py: one rank of a job that spans two simulated hosts.
 
 Launched by torchrun inside a network + UTS + mount namespace (one per host). Checks, on
 every rank:

@@ -2,10 +2,10 @@
 
 Two launches run everything (process start-up dominates on a small machine):
 
-* ``tests/dist/parallel4.py`` on 4 ranks: DTensor on a 2x2 mesh, FSDP2 x TP(+SP) on a 2x2
+* ``tests/distributed/workers/parallel4.py`` on 4 ranks: DTensor on a 2x2 mesh, FSDP2 x TP(+SP) on a 2x2
   mesh, and a torch.distributed.checkpoint of an FSDP2 model + AdamW saved by 4 ranks and
   loaded back bitwise;
-* ``tests/dist/parallel2.py`` on 2 ranks: DDP (SGD, AdamW), FSDP2 (reshard after forward or
+* ``tests/distributed/workers/parallel2.py`` on 2 ranks: DDP (SGD, AdamW), FSDP2 (reshard after forward or
   not, fp32 or bf16 mixed precision), DTensor, TP, TP+SP, pipeline parallel (GPipe, 1F1B),
   expert parallel (all-to-all with uneven splits), context parallel, and loading the
   4-rank checkpoint into 2 ranks.

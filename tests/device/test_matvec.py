@@ -175,7 +175,7 @@ def test_results_are_device_memory_on_the_operands_device():
 
 
 def test_float64_keeps_the_cpu_kernel():
-    # (bf16 and fp16 take this path in fp32: tests/test_low_precision_products.py)
+    # (bf16 and fp16 take this path in fp32: tests/device/test_low_precision_products.py)
     a, b = LAYOUTS["row, w transposed (linear)"](_g())
     got = torch.mm(a.to("neuron", torch.float64), b.to("neuron", torch.float64))
     assert got.dtype == torch.float64

@@ -6,7 +6,7 @@ Each host is a Linux network namespace (joined to the other by a veth pair, 10.7
 not share shared memory, so a transport that wrongly uses it across hosts fails here) and a
 private ``/etc/hosts`` naming both hosts. Each host runs ``torchrun --nnodes 2
 --nproc-per-node 2 --node-rank i`` with c10d rendezvous on hostA, and GLOO_SOCKET_IFNAME set
-to its veth device. The worker is tests/dist/hosts_worker.py.
+to its veth device. The worker is tests/distributed/workers/hosts_worker.py.
 
 Everything (processes, namespaces, veth) is removed at the end, also when a test fails or
 times out. Needs root, ``ip`` and ``unshare``; skipped otherwise.
@@ -31,7 +31,7 @@ import pytest
 
 from _dist import DIST_DIR, SHM_PREFIX, remove_leaked, shm_entries
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SUBNET = "10.77.0"
 HOSTS = ("hostA", "hostB")
 NPROC_PER_HOST = 2
@@ -177,7 +177,7 @@ exit $rc
                 "sh", "-c", script_sh]
 
     def run(self, script: str, env: dict[str, str] | None = None, timeout: float = LAUNCH_TIMEOUT):
-        """Runs ``tests/dist/<script>`` on both hosts; returns ``(returncodes, outputs)``."""
+        """Runs ``tests/distributed/workers/<script>`` on both hosts; returns ``(returncodes, outputs)``."""
         port = 20000 + secrets.randbelow(20000)  # the namespaces are fresh: every port is free
         outs = [self.tmp / f"node{i}.log" for i in range(2)]
         for i in range(2):

@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint_resume.py: ``transformers.Trainer`` checkpoints that resume.
+"""Worker of tests/distributed/test_checkpoint_resume.py: ``transformers.Trainer`` checkpoints that resume.
 
 Started once per rank by ``tests/_dist.py``'s ``spawn_ranks`` (no torchrun agent, so a rank can
 be killed without the launcher tearing the rest down). A tiny LLaMA (``MODEL_DIR``, saved by the
@@ -9,7 +9,7 @@ The model is sharded by accelerate's FSDP plugin, FSDP version 2, with sharded s
 (written through torch.distributed.checkpoint, so a checkpoint can be loaded by another number of
 ranks). Transformers 5 expresses TP x FSDP only by sharding at load time
 (``DistributedConfig``), and its Trainer refuses to checkpoint such models (a ValueError at
-construction), so TP x FSDP resumes are shown with TorchTitan (tests/test_torchtitan.py).
+construction), so TP x FSDP resumes are shown with TorchTitan (tests/ecosystem/test_torchtitan.py).
 
 ``--neftune ALPHA`` adds NEFTune's noise to the embeddings, drawn from the device's generator at
 every step: the losses after a resume then also depend on the device RNG coming back.
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/_tiny_llama.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/_tiny_llama.py
 from _tiny_llama import CountingDataset  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))

@@ -1,4 +1,4 @@
-"""Worker of tests/test_trl.py: TRL ``SFTTrainer`` full fine-tuning of a tiny Qwen3 with tensor
+"""Worker of tests/ecosystem/test_trl.py: TRL ``SFTTrainer`` full fine-tuning of a tiny Qwen3 with tensor
 parallelism 2 x FSDP2 2 on 4 processes (torchrun or ``accelerate launch``).
 
 This is how a user of transformers 5 / accelerate 1.x / TRL expresses TP x FSDP: the model is
@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/_tiny_qwen3.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/_tiny_qwen3.py
 
 import torch
 import torch.distributed as dist
