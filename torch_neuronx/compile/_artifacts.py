@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from torch_neuronx.compile._env import env_flag
+
 _counter = itertools.count()
 
 
@@ -28,9 +30,7 @@ def debug_dir() -> Path:
 
 
 def preserve() -> bool:
-    from torch_neuronx.compile._backend import _env_flag
-
-    return _env_flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False)
+    return env_flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False)
 
 
 def _rank() -> int:

@@ -7,12 +7,13 @@ device.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from torch_neuronx.compile._env import env_flag
 
 MODES: dict[str, dict[str, Any]] = {
     # What each mode means on neuron (docs/compile.md). There are no CUDA graphs: the overhead
@@ -35,17 +36,6 @@ NEURON_OPTIONS: dict[str, str] = {
 
 class NeuronCompileError(RuntimeError):
     """A graph failed to compile for neuron; the message names the failing node and op."""
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}={v!r} is not a boolean; use 1 or 0")
 
 
 def _inductor_options() -> list[str]:
@@ -82,7 +72,7 @@ def validate(mode: str | None, options: dict | None) -> tuple[dict[str, Any], di
         raise ValueError("torch.compile(backend='neuron'): option 'fallback_execution' must be a bool")
     if "model_name" in neuron and not isinstance(neuron["model_name"], str):
         raise ValueError("torch.compile(backend='neuron'): option 'model_name' must be a str")
-    neuron.setdefault("fallback_execution", not _env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True))
+    neuron.setdefault("fallback_execution", not env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True))
     return neuron, {**MODES[mode], **options}
 
 

@@ -14,6 +14,8 @@ that matter, each narrowly and only for the torch versions checked.
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 
 from torch._inductor.codegen.common import (
     DeviceOpOverrides,
@@ -211,7 +213,9 @@ def register() -> None:
             # the neuron backend rejects cpp_wrapper=True with a clear error.
             None,
             WrapperFxCodegen,
-            device_custom_pass=_passes.NeuronPostGradPasses(),
+            # This module's source enters the pass stage's cache key: generated code is reused
+            # only by the code generator that made it.
+            device_custom_pass=_passes.NeuronPostGradPasses(inspect.getsource(sys.modules[__name__])),
         )
     register_device_op_overrides(DEVICE, NeuronDeviceOpOverrides())
     _patch_host_device_checks()

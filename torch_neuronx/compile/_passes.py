@@ -40,6 +40,13 @@ def platform_key() -> str:
 
 
 class NeuronPostGradPasses(CustomGraphModulePass):
+    """The pass stage. ``codegen_source`` is the code generator's neuron specifics (its module's
+    source, handed in by the code generator): it enters the cache key, so a change there does
+    not reuse code generated before it."""
+
+    def __init__(self, codegen_source: str = ""):
+        self.codegen_source = codegen_source
+
     def __call__(self, gm: torch.fx.GraphModule) -> None:
         for _, fn in PASSES:
             fn(gm.graph)
@@ -47,11 +54,7 @@ class NeuronPostGradPasses(CustomGraphModulePass):
 
     def uuid(self) -> bytes:
         h = hashlib.sha256(platform_key().encode())
-        # The code generator's neuron specifics live in _inductor.py: a change there must not
-        # reuse code generated before it.
-        from torch_neuronx.compile import _inductor
-
-        h.update(inspect.getsource(_inductor).encode())
+        h.update(self.codegen_source.encode())
         for name, fn in PASSES:
             h.update(name.encode())
             try:
