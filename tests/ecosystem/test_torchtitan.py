@@ -41,7 +41,9 @@ def assets(tmp_path_factory):
 
 
 @pytest.mark.titan
-@pytest.mark.parametrize("module,config", [("llama3", "llama3_debugmodel"), ("qwen3", "qwen3_debugmodel")])
+# Llama 3's debug model trains the same way in the checkpoint test below (its uninterrupted run,
+# with fp32 parameters); checked there with the same assertions (_check_trained).
+@pytest.mark.parametrize("module,config", [("qwen3", "qwen3_debugmodel")])
 def test_debug_model_trains_with_fsdp_tp_and_activation_checkpointing(assets, tmp_path, module, config):
     res = torchrun(
         "torchtitan_train.py", 4,
@@ -58,7 +60,11 @@ def test_debug_model_trains_with_fsdp_tp_and_activation_checkpointing(assets, tm
     )
     log = re.sub(r"\x1b\[[0-9;]*m", "", res.out)
     rank0 = [line for line in log.splitlines() if line.startswith("[default0]:")]
-    text = "\n".join(rank0)
+    _check_trained("\n".join(rank0))
+
+
+def _check_trained(text: str) -> None:
+    """Rank 0's log of a 4-rank FSDP 2 x TP 2 run of STEPS steps from a random initialization."""
     assert "dp_shard=2, cp=1, tp=2" in text, text
     assert "NEURON capacity" in text and "activation checkpointing to the model" in text, text
     assert "Applied FSDP to the model" in text, text
@@ -99,8 +105,8 @@ def test_checkpoint_resumes_on_the_same_mesh_and_on_two_ranks(assets, tmp_path):
     step); new processes resume from it on the same mesh, and on 2 ranks with FSDP 2 only (DCP
     reshards the TP x FSDP DTensors); both continue as the uninterrupted run did."""
     inductor = tmp_path / "inductor"  # one cache for the three runs: FlexAttention compiles once
-    full, _ = _train(assets, tmp_path / "full", 4, 2, inductor)
-    assert sorted(full) == list(range(1, STEPS + 1)) and full[STEPS] < full[1] - 0.5, full
+    full, text = _train(assets, tmp_path / "full", 4, 2, inductor)
+    _check_trained(text)
     step3 = tmp_path / "full" / "ckpt" / "step-3"
     assert sorted(p.name for p in step3.glob("*.distcp")) == [f"__{r}_0.distcp" for r in range(4)]
 
