@@ -49,6 +49,18 @@ const char* op_name(Op op) {
   return names[static_cast<int>(op)];
 }
 
+Engine engine_of(Op op) {
+  switch (op) {
+    case Op::kMatmul: case Op::kTranspose: return Engine::kTensor;
+    case Op::kActivation: case Op::kActivate2: return Engine::kScalar;
+    case Op::kIota: case Op::kAffineSelect: case Op::kPartitionReduce: case Op::kNGather: case Op::kLocalGather:
+    case Op::kNonzeroWithCount: return Engine::kGpSimd;
+    case Op::kDmaCopy: case Op::kDmaTranspose: case Op::kDmaCompute: case Op::kSendRecv: return Engine::kDma;
+    case Op::kCoreBarrier: case Op::kDevicePrint: return Engine::kSync;
+    default: return Engine::kVector;
+  }
+}
+
 bool alu_is_bitvec(Alu a) {
   return a == Alu::kBitwiseAnd || a == Alu::kBitwiseOr || a == Alu::kBitwiseXor || a == Alu::kLeftShift ||
          a == Alu::kRightShift;
@@ -111,165 +123,6 @@ Target target_for(const std::string& name) {
                 c->partitions,
                 c->gemm_moving_fmax,
                 c->gemm_moving_fmax_bf16};
-}
-
-void decode_run(DType d, const uint8_t* p, int64_t stride, int64_t n, float* out) {
-  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
-  switch (d) {
-    case DType::kFloat32:
-    case DType::kTFloat32:
-      if (stride == 1) {
-        std::memcpy(out, p, n * 4);
-      } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(out + i, p + i * step, 4);
-      }
-      return;
-    case DType::kBFloat16:
-      if (stride == 1) {  // a plain loop the compiler vectorizes
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-        uint32_t* o = reinterpret_cast<uint32_t*>(out);
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<uint32_t>(h[i]) << 16;
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + i * step, 2);
-        out[i] = bf16_to_float(h);
-      }
-      return;
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + i * step, 2);
-        out[i] = decode_minifloat(h, kF16);
-      }
-      return;
-    case DType::kFloat8E4M3: case DType::kFloat8E4M3FN: case DType::kFloat8E5M2: {
-      static const auto table = [] {
-        struct T { float v[3][256]; } t{};
-        for (int c = 0; c < 256; ++c) {
-          t.v[0][c] = decode_minifloat(c, kE4M3);
-          t.v[1][c] = decode_minifloat(c, kE4M3FN);
-          t.v[2][c] = decode_minifloat(c, kE5M2);
-        }
-        return t;
-      }();
-      const float* tab = table.v[d == DType::kFloat8E4M3 ? 0 : d == DType::kFloat8E4M3FN ? 1 : 2];
-      for (int64_t i = 0; i < n; ++i) out[i] = tab[p[i * step]];
-      return;
-    }
-    case DType::kInt8: for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(p[i * step]); return;
-    case DType::kUInt8: case DType::kBool: for (int64_t i = 0; i < n; ++i) out[i] = p[i * step]; return;
-    case DType::kInt16:
-      for (int64_t i = 0; i < n; ++i) { int16_t v; std::memcpy(&v, p + i * step, 2); out[i] = v; }
-      return;
-    case DType::kUInt16:
-      for (int64_t i = 0; i < n; ++i) { uint16_t v; std::memcpy(&v, p + i * step, 2); out[i] = v; }
-      return;
-    case DType::kInt32:
-      for (int64_t i = 0; i < n; ++i) { int32_t v; std::memcpy(&v, p + i * step, 4); out[i] = static_cast<float>(v); }
-      return;
-    case DType::kUInt32:
-      for (int64_t i = 0; i < n; ++i) { uint32_t v; std::memcpy(&v, p + i * step, 4); out[i] = static_cast<float>(v); }
-      return;
-  }
-}
-
-void encode_run(DType d, const float* in, int64_t n, uint8_t* p, int64_t stride) {
-  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
-  switch (d) {
-    case DType::kFloat32:
-      if (stride == 1) {
-        std::memcpy(p, in, n * 4);
-      } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(p + i * step, in + i, 4);
-      }
-      return;
-    case DType::kTFloat32:
-      for (int64_t i = 0; i < n; ++i) { float v = tf32_round(in[i]); std::memcpy(p + i * step, &v, 4); }
-      return;
-    case DType::kBFloat16:
-      if (stride == 1) {  // branch-free, so the compiler vectorizes it
-        uint16_t* o = reinterpret_cast<uint16_t*>(p);
-        const uint32_t* b = reinterpret_cast<const uint32_t*>(in);
-        for (int64_t i = 0; i < n; ++i) {
-          const uint32_t x = b[i];
-          const uint16_t rounded = static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-          const uint16_t nan = static_cast<uint16_t>((x >> 16) | 0x40u);
-          o[i] = (x & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-        }
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i) { uint16_t h = float_to_bf16(in[i]); std::memcpy(p + i * step, &h, 2); }
-      return;
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h = static_cast<uint16_t>(encode_minifloat(in[i], kF16));
-        std::memcpy(p + i * step, &h, 2);
-      }
-      return;
-    case DType::kFloat8E4M3: for (int64_t i = 0; i < n; ++i) p[i * step] = encode_minifloat(in[i], kE4M3); return;
-    case DType::kFloat8E4M3FN: for (int64_t i = 0; i < n; ++i) p[i * step] = encode_minifloat(in[i], kE4M3FN); return;
-    case DType::kFloat8E5M2: for (int64_t i = 0; i < n; ++i) p[i * step] = encode_minifloat(in[i], kE5M2); return;
-    case DType::kInt8: for (int64_t i = 0; i < n; ++i) p[i * step] = static_cast<uint8_t>(saturate_round<int8_t>(in[i])); return;
-    case DType::kUInt8: for (int64_t i = 0; i < n; ++i) p[i * step] = saturate_round<uint8_t>(in[i]); return;
-    case DType::kBool: for (int64_t i = 0; i < n; ++i) p[i * step] = in[i] != 0.0f; return;
-    case DType::kInt16:
-      for (int64_t i = 0; i < n; ++i) { int16_t v = saturate_round<int16_t>(in[i]); std::memcpy(p + i * step, &v, 2); }
-      return;
-    case DType::kUInt16:
-      for (int64_t i = 0; i < n; ++i) { uint16_t v = saturate_round<uint16_t>(in[i]); std::memcpy(p + i * step, &v, 2); }
-      return;
-    case DType::kInt32:
-      for (int64_t i = 0; i < n; ++i) { int32_t v = saturate_round<int32_t>(in[i]); std::memcpy(p + i * step, &v, 4); }
-      return;
-    case DType::kUInt32:
-      for (int64_t i = 0; i < n; ++i) { uint32_t v = saturate_round<uint32_t>(in[i]); std::memcpy(p + i * step, &v, 4); }
-      return;
-  }
-}
-
-void decode_int_run(DType d, const uint8_t* p, int64_t stride, int64_t n, int64_t* out) {
-  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* e = p + i * step;
-    switch (d) {
-      case DType::kInt8: out[i] = static_cast<int8_t>(*e); break;
-      case DType::kUInt8: case DType::kBool: out[i] = *e; break;
-      case DType::kInt16: { int16_t v; std::memcpy(&v, e, 2); out[i] = v; break; }
-      case DType::kUInt16: { uint16_t v; std::memcpy(&v, e, 2); out[i] = v; break; }
-      case DType::kInt32: { int32_t v; std::memcpy(&v, e, 4); out[i] = v; break; }
-      case DType::kUInt32: { uint32_t v; std::memcpy(&v, e, 4); out[i] = v; break; }
-      default: { float f; decode_run(d, e, 1, 1, &f); out[i] = static_cast<int64_t>(std::nearbyint(f)); }
-    }
-  }
-}
-
-void encode_int_run(DType d, const int64_t* in, int64_t n, uint8_t* p, int64_t stride, bool wrap) {
-  const int64_t step = stride * static_cast<int64_t>(dtype_size(d));
-  auto put = [&](auto tag, int64_t v, uint8_t* e) {
-    using T = decltype(tag);
-    T x;
-    if (wrap) {
-      x = static_cast<T>(v);
-    } else {
-      x = static_cast<T>(std::clamp<int64_t>(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
-    }
-    std::memcpy(e, &x, sizeof(T));
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    uint8_t* e = p + i * step;
-    switch (d) {
-      case DType::kInt8: put(int8_t{}, in[i], e); break;
-      case DType::kUInt8: put(uint8_t{}, in[i], e); break;
-      case DType::kBool: *e = in[i] != 0; break;
-      case DType::kInt16: put(int16_t{}, in[i], e); break;
-      case DType::kUInt16: put(uint16_t{}, in[i], e); break;
-      case DType::kInt32: put(int32_t{}, in[i], e); break;
-      case DType::kUInt32: put(uint32_t{}, in[i], e); break;
-      default: { float f = static_cast<float>(in[i]); encode_run(d, &f, 1, e, 1); }
-    }
-  }
 }
 
 }  // namespace neuron::nki

@@ -3,7 +3,7 @@
 // The Python front-end (nki/) runs a kernel's body once per signature and records every
 // instruction here: tensors (HBM, SBUF, PSUM declarations) and instructions over strided
 // access patterns into them. verify() checks the program against the NeuronCore's limits
-// before anything runs; Program (execute.cpp) runs it on simulated memories. Nothing here
+// before anything runs; Program (execute.h) runs it on simulated memories. Nothing here
 // knows about torch or Python.
 #pragma once
 
@@ -89,7 +89,7 @@ struct Access {
 };
 
 // Operations. Operand order and attribute layout of each are documented in nki/isa/__init__.py, the
-// one place that emits them; verify.cpp and execute.cpp read them.
+// one place that emits them; the verifier and the executor read them.
 enum class Op : uint8_t {
   kDmaCopy,           // [dst, src]                         ints: oob_mode (0 error, 1 skip)
   kTensorCopy,        // [dst, src]                         ints: engine
@@ -164,7 +164,9 @@ enum class Act : int8_t {
   kGeluDx, kSiluDx, kErfDx, kNegative,
 };
 
-enum class Engine : int8_t { kUnknown = 0, kTensor = 1, kScalar = 2, kGpSimd = 3, kDma = 4, kVector = 5 };
+enum class Engine : int8_t { kUnknown = 0, kTensor = 1, kScalar = 2, kGpSimd = 3, kDma = 4, kVector = 5, kSync = 6 };
+// The engine that runs an instruction by default.
+Engine engine_of(Op op);
 
 struct Instr {
   Op op;

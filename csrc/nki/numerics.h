@@ -116,4 +116,18 @@ void encode_run(DType d, const float* in, int64_t n, uint8_t* p, int64_t stride)
 void decode_int_run(DType d, const uint8_t* p, int64_t stride, int64_t n, int64_t* out);
 void encode_int_run(DType d, const int64_t* in, int64_t n, uint8_t* p, int64_t stride, bool wrap);
 
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The ALU operators on fp32 (every engine's arithmetic), and on integers exactly (GpSimd's
+// native int32 path). Unary operators ignore b.
+float alu(Alu op, float a, float b);
+int64_t alu_int(Alu op, int64_t a, int64_t b);
+bool alu_unary(Alu op);
+// Bitwise and shift results keep their low bits; arithmetic results saturate.
+inline bool alu_wraps(Alu op) { return alu_is_bitvec(op); }
+// The starting value of a reduction with op (0 for add, 1 for multiply, -inf for max, ...).
+float identity_of(Alu op);
+// The Scalar engine's activation functions, in fp32.
+float act(Act op, float x);
+
 }  // namespace neuron::nki

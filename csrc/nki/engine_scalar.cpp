@@ -1,0 +1,66 @@
+// The Scalar engine: activation functions (numerics.h) with scale, bias and reductions.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "nki/executor.h"
+#include "nki/numerics.h"
+
+namespace neuron::nki {
+
+void Program::State::exec_scalar(const Instr& in) {
+  const auto& a = in.args;
+  switch (in.op) {
+    case Op::kActivation: {
+      const int64_t P = a[1].partitions(), F = a[1].free_elements();
+      float* x = gather(a[1], 0);
+      const Act fn = static_cast<Act>(in.ints[0]);
+      const int64_t cmd = in.ints[1];
+      const std::vector<float> bias = column(a[2], in.floats.at(1), P, 1);
+      const std::vector<float> scale = column(a[3], in.floats.at(0), P, 2);
+      if (cmd == 1 || cmd == 3) std::fill(act_regs, act_regs + 128, 0.0f);
+      for (int64_t p = 0; p < P; ++p) {
+        float* r = x + p * F;
+        float sum = 0.0f;
+        for (int64_t f = 0; f < F; ++f) {
+          r[f] = act(fn, r[f] * scale[p] + bias[p]);
+          sum += r[f];
+        }
+        if (cmd == 2 || cmd == 3) act_regs[p] += sum;
+      }
+      scatter(a[0], x);
+      if (a[4].present()) scatter(a[4], act_regs);
+      return;
+    }
+    case Op::kActivate2: {
+      const int64_t P = a[1].partitions(), F = a[1].free_elements();
+      const Act fn = static_cast<Act>(in.ints.at(0));
+      const Alu op0 = static_cast<Alu>(in.ints.at(1)), op1 = static_cast<Alu>(in.ints.at(2));
+      const bool rev0 = in.ints.at(3), rev1 = in.ints.at(4);
+      const bool has_reduce = in.ints.at(5) >= 0;
+      const Alu rop = has_reduce ? static_cast<Alu>(in.ints.at(5)) : Alu::kAdd;
+      const int64_t cmd = in.ints.at(6);
+      float* x = gather(a[1], 0);
+      const std::vector<float> i0 = column(a[2], in.floats.at(0), P, 1), i1 = column(a[3], in.floats.at(1), P, 2);
+      acc_start(act_regs, cmd, rop, {}, P);
+      auto stage = [](Alu op, float v, float imm, bool rev) {
+        return op == Alu::kBypass ? v : rev ? alu(op, imm, v) : alu(op, v, imm);
+      };
+      for (int64_t p = 0; p < P; ++p) {
+        for (int64_t j = 0; j < F; ++j) {
+          float& v = x[p * F + j];
+          v = act(fn, stage(op1, stage(op0, v, i0[p], rev0), i1[p], rev1));
+          if (has_reduce && accumulates(cmd)) act_regs[p] = alu(rop, act_regs[p], v);
+        }
+      }
+      scatter(a[0], x);
+      acc_write(a[5], act_regs, P);
+      return;
+    }
+    default:
+      break;
+  }
+  throw std::logic_error(std::string("nki executor: ") + op_name(in.op) + " is not a Scalar-engine instruction");
+}
+
+}  // namespace neuron::nki

@@ -1,0 +1,149 @@
+// Inside the executor (not part of its API): the state of one program while it runs, shared by
+// the files that make it up.
+//
+//   access.cpp          gather/scatter: an access's elements between simulated memory and dense
+//                       fp32 / int64 / raw buffers; copies; run-time (dynamic) offsets
+//   exec.cpp            one instruction: run-time offsets resolved, then the op table's engine runs it
+//   engine_*.cpp        per engine (Tensor, Vector, Scalar, GpSimd, DMA): what each instruction computes
+//   matmul.cpp          the Tensor engine's products on the host CPU
+//   memory_plan.cpp     the arena: where each on-chip tensor lives, fresh memory per live range
+//   launch.cpp          the SPMD scheduler: the programs of a launch, sendrecv and core_barrier
+//   print.cpp           nl.device_print: formatting and the host's sink
+//
+// Every engine decodes its inputs to fp32, computes in fp32 and encodes the result to the
+// destination's dtype (numerics.h); copies between tensors of one dtype move bits. Tiles are
+// processed whole: an access is gathered into a dense [partitions, free] buffer, the operation
+// runs over it, and the result is scattered back.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "nki/execute.h"
+
+namespace neuron::nki {
+
+// The host's thread pool (set_parallel_for); empty: serial.
+const ParallelFor& host_parallel_for();
+// Hands a device_print's values to the host's sink, or writes them to stdout.
+void emit_print(const PrintedTensor& t);
+
+// Calls f(element_offset, element_stride, count, dense_index) for each innermost run of a.
+template <class F>
+void for_runs(const Access& a, F&& f) {
+  const size_t nd = a.dims.size();
+  if (nd == 0) {
+    f(a.offset, 1, 1, 0);
+    return;
+  }
+  const int64_t inner = a.dims[nd - 1].size, inner_stride = a.dims[nd - 1].stride;
+  int64_t idx[8] = {0};
+  int64_t dense = 0;
+  int64_t outer = 1;
+  for (size_t i = 0; i + 1 < nd; ++i) outer *= a.dims[i].size;
+  for (int64_t r = 0; r < outer; ++r) {
+    int64_t off = a.offset;
+    for (size_t i = 0; i + 1 < nd; ++i) off += idx[i] * a.dims[i].stride;
+    f(off, inner_stride, inner, dense);
+    dense += inner;
+    for (int64_t i = static_cast<int64_t>(nd) - 2; i >= 0; --i) {
+      if (++idx[i] < a.dims[i].size) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+struct Program::State {
+  State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {}
+  Program& p;
+  const std::vector<void*>& ext;
+  float act_regs[128] = {};  // Scalar engine's per-partition reduce registers
+  float vec_regs[128] = {};  // Vector engine's accumulator (shared by its reducing instructions)
+  std::vector<float> buf[6];
+  std::vector<int64_t> ibuf[2];
+  std::vector<uint8_t> raw_[3];
+  // Per tensor, a count of the instructions that may have written it (see exec).
+  std::unordered_map<int, int64_t> version_;
+
+  // ---- one instruction (exec.cpp) ----
+  void run(const Instr& in);  // resolves run-time offsets, then exec
+  void exec(const Instr& in);
+  void exec_dynamic(const Instr& in);
+  // Per engine (engine_*.cpp): the instructions the op table assigns to it.
+  void exec_tensor(const Instr& in);
+  void exec_vector(const Instr& in);
+  void exec_scalar(const Instr& in);
+  void exec_gpsimd(const Instr& in);
+  void exec_dma(const Instr& in);
+  void exec_sync(const Instr& in);
+
+  // ---- gather/scatter (access.cpp) ----
+  uint8_t* base(int t) const {
+    const TensorDecl& d = p.k_.tensors[t];
+    if (d.external >= 0) return static_cast<uint8_t*>(ext.at(d.external));
+    return p.arena_.data() + p.offset_[t];
+  }
+  DType dt(const Access& a) const { return p.k_.tensors[a.tensor].dtype; }
+  Buffer bufkind(const Access& a) const { return p.k_.tensors[a.tensor].buffer; }
+
+  // An access's elements decoded to fp32 into buf[slot] (and encoded back).
+  float* gather(const Access& a, int slot);
+  void scatter(const Access& a, const float* in);
+  // Integers exactly (int64), for GpSimd's integer path.
+  int64_t* gather_int(const Access& a, std::vector<int64_t>& v);
+  void scatter_int(const Access& a, const int64_t* in, bool wrap);
+  // An access's elements as raw bytes, densely in access order (and back).
+  void gather_raw(const Access& a, std::vector<uint8_t>& out);
+  void scatter_raw(const Access& a, const std::vector<uint8_t>& in);
+  // dst = src, converting dtypes through fp32; same-dtype copies move bits unchanged.
+  void copy(const Access& dst, const Access& src);
+  void copy_raw(const Access& dst, const Access& src);
+  template <class E>
+  void copy_raw_as(const Access& dst, const Access& src);
+  // Elements per partition row when an access's free elements are contiguous, else -1.
+  static int64_t dense_row(const Access& a, int64_t* ld);
+  // The per-partition value of an optional (P, 1) operand, or the immediate.
+  std::vector<float> column(const Access& a, double imm, int64_t P, int slot);
+  // An fp32 access whose free elements are contiguous in every partition: its memory, read in
+  // place, with *ld elements between partitions.
+  const float* dense_f32(const Access& a, int64_t* ld);
+
+  // Run-time offsets (DynamicIndex): the value an index tensor holds, whether an access with
+  // its offset applied stays in its tensor, the access with its run-time index applied.
+  int64_t index_value(const DynamicIndex& ix, int64_t i);
+  bool in_bounds(const Access& a) const;
+  Access resolved(const Access& a, int64_t w, int64_t* value);
+  [[noreturn]] void out_of_bounds(const Instr& in, const Access& a, int64_t value) const;
+
+  // ---- engine registers (engine_vector.cpp) ----
+  // reduce_cmd (nisa.reduce_cmd): idle 0, reset 1, reduce 2, reset_reduce 3, load_reduce 4.
+  static bool accumulates(int64_t cmd) { return cmd >= 2; }
+  void acc_start(float* regs, int64_t cmd, Alu op, const std::vector<float>& init, int64_t P);
+  void acc_write(const Access& res, const float* regs, int64_t P, bool negate = false);
+
+  // ---- Tensor engine (engine_tensor.cpp) ----
+  void matmul(const Instr& in);
+  void transpose(const Instr& in);
+  void accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N);
+  // Marks/queries "a matmul has written this PSUM element" (first write overwrites).
+  uint8_t* written_flags(int t) { return p.psum_written_.data() + p.offset_[t]; }
+  // bf16 operand [K, X] -> (k even, k odd) pairs per column: out[(k / 2) * X + x].
+  void pack_pairs(const Access& a, int64_t K, int64_t X, std::vector<uint32_t>& out);
+  static bool same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y);
+  std::vector<uint32_t> packed_s_;
+  struct PackedOperand {
+    int64_t version = -1, offset = 0;
+    std::vector<Dim> dims;
+    std::vector<uint32_t> data;
+  };
+  std::unordered_map<int64_t, PackedOperand> packed_moving_;  // by (tensor, offset)
+  std::vector<uint16_t> bits16_;
+
+  // ---- GpSimd (engine_gpsimd.cpp) ----
+  // iota's value per element (the affine pattern starting at ints[first_pair - 2]).
+  void affine(const Instr& in, int first_pair, const Access& dst, std::vector<float>& out);
+  void affine_int(const Instr& in, int first_pair, const Access& dst, std::vector<int64_t>& out);
+};
+
+}  // namespace neuron::nki
