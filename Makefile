@@ -62,17 +62,19 @@ bench: build
 	$(PY) benchmarks/eager_overhead.py
 
 # Full coverage sweeps (about 30 min on 2 cores); each rewrites its report in docs/coverage/.
-# `make test` runs the fast subsets (tests/test_coverage_*.py).
+# `make test` runs the fast subsets (tests/coverage/, tests/ecosystem/test_diffusers.py).
 COVERAGE_WORKERS ?= 2
 coverage: coverage-transformers coverage-models coverage-ops coverage-fake coverage-ops-compiled coverage-diffusers
 
+# Every causal-LM architecture of Transformers (forward, gradients, AdamW step, generate, bf16,
+# compiled backward), against CPU.
 coverage-transformers: build
-	$(PY) coverage/transformers_sweep.py --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/hf_sweep.py --population transformers --workers $(COVERAGE_WORKERS)
 
 # Every family of Transformers' MODEL_MAPPING_NAMES with its task head (forward, gradients, AdamW
 # step, generate, bf16), against CPU.
 coverage-models: build
-	$(PY) coverage/models_sweep.py --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/hf_sweep.py --population models --workers $(COVERAGE_WORKERS)
 
 coverage-ops: build
 	$(PY) coverage/opinfo_sweep.py --workers $(COVERAGE_WORKERS)
@@ -85,7 +87,7 @@ coverage-fake: build
 
 # Every Diffusers model class (forward, gradients, bf16) and the tiny pipelines, against CPU.
 coverage-diffusers: build
-	$(PY) coverage/diffusers_sweep.py --workers $(COVERAGE_WORKERS)
+	$(PY) coverage/hf_sweep.py --population diffusers --workers $(COVERAGE_WORKERS)
 
 # The core ops' OpInfo samples compiled with the neuron backend, against eager neuron.
 coverage-ops-compiled: build

@@ -1,4 +1,5 @@
-"""Tiny configurations and inputs of Diffusers model classes, for ``diffusers_sweep``.
+"""Tiny configurations and inputs of Diffusers model classes, for the Hugging Face sweep's
+``diffusers`` population (``hf_sweep.py --population diffusers``).
 
 Each ``Spec`` names a model class, the keyword arguments that build it tiny (a few
 channels, one or two layers) and a function that makes its keyword inputs from a seeded

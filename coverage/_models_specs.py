@@ -1,6 +1,6 @@
-"""What the model-family sweep (``models_sweep``) runs for each entry of Transformers'
-``MODEL_MAPPING_NAMES``: the task head the family is used with, its tiny config, and its
-inputs.
+"""What the Hugging Face sweep's ``models`` population (``hf_sweep.py --population models``)
+runs for each entry of Transformers' ``MODEL_MAPPING_NAMES``: the task head the family is used
+with, its tiny config, and its inputs.
 
 ``task_of(model_type)`` picks the head from the library's task mappings in ``TASKS`` order
 (sequence-to-sequence and multimodal generation first, then masked LM before causal LM, so
@@ -20,9 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from _tiny_configs import Override
-
-BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
+from _tiny_configs import BATCH, NEW_TOKENS, PAD, SEQ, Override, make_batches, special_ids, vocab_size
 TARGET_LEN = 8  # decoder labels of the sequence-to-sequence tasks
 AUDIO_SAMPLES = 4000  # raw audio: a quarter second at 16 kHz
 AUDIO_FRAMES = 64  # filter-bank frames when the config does not fix them
@@ -218,16 +216,12 @@ def _get(config, *names, default=None):
 
 
 def _special_ids(config) -> set[int]:
-    from transformers_sweep import _special_ids as special
-
-    return special(config)
+    return special_ids(config)
 
 
 def text_vocab(model, config) -> int:
-    from transformers_sweep import _vocab_size
-
     try:
-        return _vocab_size(model, config)
+        return vocab_size(model, config)
     except (ValueError, AttributeError, NotImplementedError):  # no single input embedding (dual encoders)
         return int(_get(config, "vocab_size", default=256))
 
@@ -598,9 +592,7 @@ def make_inputs(model_type: str, model, config, task: str) -> tuple[dict, dict |
                 and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
     out: dict[str, Any] = {}
     if task == "causal-lm":
-        from transformers_sweep import _make_batches
-
-        train, gen = _make_batches(model_type, model, config)
+        train, gen = make_batches(model_type, model, config)
         ctx.batch = train
         if spec is not None and spec.inputs is not None:
             _merge(train, spec.inputs(ctx))

@@ -1,5 +1,12 @@
-"""Pieces shared by the coverage sweeps (the model sweeps ``transformers_sweep``, ``models_sweep``,
-``diffusers_sweep``; the op sweeps use ``script``).
+"""What every coverage sweep shares: the command line, the run over isolated workers, the
+report files (``Sweep``, ``main``, ``run_sweep``, ``write_report``), and the model sweeps' records.
+
+A sweep is a ``Sweep``: which items it can run (``select``), the check each worker runs on one
+item, how an outcome becomes a record, the summary, and the report. ``main`` gives every sweep
+the same options (``--workers``, ``--timeout``, ``--out-dir``, ``--no-write``; each adds its own
+selection), runs the items with a progress bar, prints the summary, writes
+``docs/coverage/<report>.{md,json}`` for a full run (a subset only with ``--out-dir``) and
+exits 1 when anything did not pass.
 
 A model sweep builds each model tiny and random, runs it on CPU and on ``neuron`` with the
 same weights and inputs, and records one result per model: a plain dict with ``status``
@@ -23,12 +30,6 @@ from torch_neuronx.testing._pool import run_isolated
 
 STATUSES = ("pass", "fail", "cpu-unrunnable", "crash", "timeout")
 NOT_PASSING = ("fail", "crash", "timeout")
-
-
-def script(name: str) -> str:
-    """The command that runs the sweep ``name`` (these sweeps are scripts run from the repository
-    root, not modules of the installed package)."""
-    return f"python coverage/{name}.py"
 
 
 def error_text(e: BaseException) -> str:
@@ -149,101 +150,159 @@ def unrunnable_lines(records: list[dict], key: str) -> list[str]:
     return [f"- **{r[key]}**: {cell(r['reason'], 600)}" for r in sorted(unrunnable, key=lambda r: r[key])]
 
 
-def write_records(records: list[dict], out_dir: str | Path, meta: dict, *, report: str,
-                  render: Callable[[list[dict], dict], str], summarize: Callable[[list[dict]], dict],
-                  key: str) -> tuple[Path, Path]:
-    """Writes a model sweep's report into ``out_dir``: ``{report}.md`` (``render(records, meta)``)
-    and ``{report}.json`` (meta, summary and the records sorted by ``key``)."""
+# ---- every sweep: command line, run, report files ----------------------------------------------
+
+class Sweep:
+    """One sweep as ``main`` runs it. Subclasses fill in what differs; the items given to
+    ``check()`` and the records it returns must be picklable (they cross to the workers)."""
+
+    script = ""                 # its file in coverage/, without ``.py``
+    description = ""            # --help's text
+    report = ""                 # the report's name: docs/coverage/<report>.{md,json}
+    unit = "item"               # of the progress bar
+    default_timeout = 600.0     # seconds per item
+    default_workers = 2
+
+    def add_arguments(self, p) -> None:
+        """The sweep's own options (which items, which variant)."""
+
+    def configure(self, args) -> Sweep:
+        """The sweep that runs with these options (a sweep of several populations picks one)."""
+        return self
+
+    def select(self, p, args) -> list:
+        """The items these options select; a bad value is ``p.error``."""
+        raise NotImplementedError
+
+    def is_subset(self, args) -> bool:
+        """True when the options select less than the sweep's report covers."""
+        raise NotImplementedError
+
+    def options(self, args) -> list[str]:
+        """The options, beyond the script, that reproduce this run's report."""
+        return []
+
+    def check(self) -> Callable[[Any], Any]:
+        """The module-level function a worker runs on one item."""
+        raise NotImplementedError
+
+    def initializer(self) -> None:
+        """Each worker's set-up before its first item (slow imports), not counted against a timeout."""
+
+    def record(self, outcome) -> dict:
+        """The record of one ``run_isolated`` outcome; a crash or a timeout is never a pass."""
+        raise NotImplementedError
+
+    def label(self, record: dict) -> str:
+        """The item's name in a record."""
+        raise NotImplementedError
+
+    def summarize(self, records: list[dict]) -> dict:
+        raise NotImplementedError
+
+    def progress(self, summary: dict) -> str:
+        """The running counts on the progress bar."""
+        return ""
+
+    def failed(self, summary: dict) -> bool:
+        raise NotImplementedError
+
+    def printed(self, records: list[dict], summary: dict, seconds: float, workers: int) -> list[str]:
+        """What the command prints when the run is done."""
+        raise NotImplementedError
+
+    def meta(self, items: list, args) -> dict:
+        """What the report's ``meta`` holds besides the run's date, command, workers and times."""
+        return {"torch": torch.__version__}
+
+    def render(self, records: list[dict], summary: dict, meta: dict) -> tuple[dict, str]:
+        """The report: the JSON document and the markdown page."""
+        raise NotImplementedError
+
+    def command(self, args) -> str:
+        """The command that regenerates this run's report."""
+        return " ".join([f"python coverage/{self.script}.py", *self.options(args)])
+
+    def run(self, items: list, workers: int, timeout: float, progress: bool = True) -> list[dict]:
+        return run_sweep(self, items, workers=workers, timeout=timeout, progress=progress)
+
+    def write(self, records: list[dict], out_dir: str | Path, meta: dict) -> tuple[Path, Path]:
+        """Writes ``<report>.md`` and ``<report>.json`` into ``out_dir``."""
+        payload, markdown = self.render(records, self.summarize(records), meta)
+        return write_report(out_dir, self.report, payload, markdown)
+
+
+def run_sweep(sweep: Sweep, items: list, *, workers: int, timeout: float, progress: bool = True) -> list[dict]:
+    """Runs ``sweep.check()`` on every item in isolated workers, with a progress bar; returns the
+    records in the order of ``items``."""
+    from tqdm import tqdm
+
+    records: list[tuple[int, dict]] = []
+    order = {id(item): i for i, item in enumerate(items)}
+    bar = tqdm(total=len(items), disable=not progress, unit=sweep.unit, dynamic_ncols=True)
+    try:
+        for outcome in run_isolated(sweep.check(), items, workers=workers, timeout=timeout,
+                                    initializer=sweep.initializer):
+            r = sweep.record(outcome)
+            records.append((order.get(id(outcome.item), len(order)), r))
+            counts = sweep.progress(sweep.summarize([r for _, r in records]))
+            bar.set_postfix_str(f"{counts} | {sweep.label(r)}" if counts else sweep.label(r))
+            bar.update(1)
+    finally:
+        bar.close()
+    return [r for _, r in sorted(records, key=lambda ir: ir[0])]
+
+
+def write_report(out_dir: str | Path, name: str, payload: dict, markdown: str) -> tuple[Path, Path]:
+    """Writes ``{name}.md`` and ``{name}.json`` (``payload``) into ``out_dir``."""
     import json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md, js = out_dir / f"{report}.md", out_dir / f"{report}.json"
-    md.write_text(render(records, meta))
-    payload = {"meta": meta, "summary": summarize(records), "results": sorted(records, key=lambda r: r[key])}
+    md, js = out_dir / f"{name}.md", out_dir / f"{name}.json"
+    md.write_text(markdown)
     js.write_text(json.dumps(payload, indent=1) + "\n")
     return md, js
 
 
-def run_with_progress(check: Callable[[str], dict], names: list[str], *, workers: int, timeout: float,
-                      initializer: Callable[[], Any] | None, key: str, unit: str,
-                      summarize: Callable[[list[dict]], dict] = count_statuses,
-                      progress: bool = True) -> list[dict]:
-    """Runs ``check`` on every name in isolated workers and returns the records, with a progress
-    bar that shows the running counts."""
-    from tqdm import tqdm
-
-    records: list[dict] = []
-    bar = tqdm(total=len(names), disable=not progress, unit=unit, dynamic_ncols=True)
-    try:
-        for outcome in run_isolated(check, names, workers=workers, timeout=timeout, initializer=initializer):
-            r = record_from_outcome(outcome, key)
-            records.append(r)
-            s = summarize(records)
-            bar.set_postfix_str(f"pass {s['pass']} fail {s['fail']} crash {s['crash']} "
-                                f"timeout {s['timeout']} cpu-unrunnable {s['cpu-unrunnable']} | {r[key]}")
-            bar.update(1)
-    finally:
-        bar.close()
-    return records
-
-
-def sweep_main(argv: list[str] | None, *, doc: str, module: str, item: str, example: str, all_names: list[str],
-               fast: tuple[str, ...] | list[str], fast_name: str, unknown: str, default_timeout: float, report: str,
-               regenerate: str, run: Callable[[list[str], int, float], list[dict]],
-               summarize: Callable[[list[dict]], dict], write_report: Callable[..., tuple[Path, Path]],
-               meta: Callable[[list[str]], dict], key: str, list_failures: bool = False) -> int:
-    """The command line the model sweeps share: ``--only`` / ``--fast`` / all, ``--workers``,
-    ``--timeout``, ``--out-dir`` / ``--no-write``; prints the summary, writes the report (full
-    runs by default, subsets only with ``--out-dir``) and returns 1 when any item did not pass."""
+def main(sweep: Sweep, argv: list[str] | None = None) -> int:
+    """The command line of every sweep: its own options plus ``--workers``, ``--timeout``,
+    ``--out-dir`` and ``--no-write``. Prints the summary, writes the report (a full run by
+    default into docs/coverage, a subset only with ``--out-dir``) and returns 1 when anything
+    did not pass."""
     import argparse
     import datetime
-    import sys
     import time
 
     from torch_neuronx.testing._pool import positive
 
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", help=f"comma-separated {item}s (e.g. {example})")
-    p.add_argument("--fast", action="store_true", help=f"the CI subset ({fast_name})")
-    p.add_argument("--workers", type=positive(int), default=2, help="worker processes (default 2)")
-    p.add_argument("--timeout", type=positive(float), default=default_timeout,
-                   help=f"seconds per {item} (default {default_timeout:g})")
+    p = argparse.ArgumentParser(description=sweep.description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_arguments(p)
+    p.add_argument("--workers", type=positive(int), default=sweep.default_workers,
+                   help="worker processes (default %(default)s)")
+    p.add_argument("--timeout", type=positive(float), default=None,
+                   help=f"seconds per item before it counts as a timeout (default {sweep.default_timeout:g})")
     p.add_argument("--out-dir", default=None,
-                   help=f"where to write {report}.{{md,json}} (default docs/coverage for a full run; "
-                        "a subset run writes only when this is given)")
-    p.add_argument("--no-write", action="store_true", help="do not write the report")
+                   help="where to write the report (default docs/coverage for a full run; a subset run writes "
+                        "only when this is given)")
+    p.add_argument("--no-write", action="store_true", help="print the summary only")
     args = p.parse_args(argv)
-
-    if args.only:
-        names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))
-        missing = [n for n in names if n not in all_names]
-        if missing:
-            p.error(unknown.format(", ".join(missing)))
-    elif args.fast:
-        names = list(fast)
-    else:
-        names = list(all_names)
-    subset = bool(args.only or args.fast)
+    sweep = sweep.configure(args)
+    items = sweep.select(p, args)
+    timeout = args.timeout if args.timeout is not None else sweep.default_timeout
 
     start = time.perf_counter()
-    records = run(names, args.workers, args.timeout)
+    records = sweep.run(items, args.workers, timeout)
     wall = time.perf_counter() - start
-    s = summarize(records)
-    print(f"{module.rsplit('.', 1)[-1].replace('_', ' ')}: {s['pass']}/{s['runnable']} pass "
-          f"({100 * s['pass_rate']:.1f}%), fail {s['fail']}, crash {s['crash']}, timeout {s['timeout']}, "
-          f"cpu-unrunnable {s['cpu-unrunnable']} of {s['total']} in {wall:.0f} s with {args.workers} workers")
-    if list_failures:
-        for r in sorted(records, key=lambda r: r[key]):
-            if r["status"] in ("fail", "crash", "timeout"):
-                print(f"  {r[key]}: {r['status']} at {r['stage']}: {r['reason'][:300]}")
+    summary = sweep.summarize(records)
+    for line in sweep.printed(records, summary, wall, args.workers):
+        print(line)
 
-    out_dir = args.out_dir if args.out_dir is not None else (None if subset else "docs/coverage")
+    out_dir = args.out_dir if args.out_dir is not None else (None if sweep.is_subset(args) else "docs/coverage")
     if out_dir and not args.no_write:
-        command = regenerate if not subset else f"{script(module)} " + " ".join(
-            sys.argv[1:] if argv is None else argv)
-        info = {**meta(names), "date": datetime.date.today().isoformat(), "command": command,
-                "workers": args.workers, "timeout": args.timeout, "wall_seconds": round(wall, 1)}
-        md, js = write_report(records, out_dir, info)
+        meta = {**sweep.meta(items, args), "date": datetime.date.today().isoformat(),
+                "command": sweep.command(args), "workers": args.workers, "timeout": timeout,
+                "wall_seconds": round(wall, 1)}
+        md, js = sweep.write(records, out_dir, meta)
         print(f"wrote {md} and {js}")
-    return 1 if (s["fail"] or s["crash"] or s["timeout"]) else 0
+    return 1 if sweep.failed(summary) else 0

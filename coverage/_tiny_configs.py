@@ -654,3 +654,75 @@ def tiny_config(model_type: str, **kwargs):
     from transformers import AutoConfig
 
     return AutoConfig.for_model(model_type, **tiny_config_kwargs(model_type, **kwargs))
+
+
+# ---- token batches ----------------------------------------------------------------------------
+
+# rows, tokens, padding of the second row; the tokens generate adds
+BATCH, SEQ, PAD, NEW_TOKENS = 2, 16, 3, 4
+
+
+def special_ids(config, found: set[int] | None = None) -> set[int]:
+    """Every token id the config names (pad, bos, image tokens, ...), nested configs included."""
+    found = set() if found is None else found
+    for k, v in config.to_dict().items() if hasattr(config, "to_dict") else config.items():
+        if isinstance(v, dict):
+            special_ids(v, found)
+        elif isinstance(k, str) and k.endswith(("token_id", "token_ids", "token_index")):
+            for x in v if isinstance(v, list) else [v]:
+                if isinstance(x, int) and not isinstance(x, bool):
+                    found.add(x)
+    return found
+
+
+def vocab_size(model, config) -> int:
+    """Ids valid both as inputs and as labels: the smaller of the input embedding's rows
+    (which can include extra rows, e.g. prompt tokens) and the configured vocabulary."""
+    import torch
+
+    sizes = [getattr(config.get_text_config(decoder=True), "vocab_size", None)]
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if isinstance(emb, torch.nn.Embedding):
+        sizes.append(emb.num_embeddings)
+    return min(s for s in sizes if isinstance(s, int) and s > 0)
+
+
+def make_batches(model_type: str, model, config) -> tuple[dict, dict]:
+    """``(train_batch, generate_batch)`` of a causal LM: random ordinary token ids (no special
+    ids). Training pads the second row on the right (labels -100 there), generation on the left,
+    as usual; the generate batch carries the pad id as ``_pad_token_id``."""
+    import inspect
+
+    import torch
+
+    params = inspect.signature(model.forward).parameters
+    vocab = vocab_size(model, config)
+    specials = special_ids(config)
+    ordinary = torch.tensor([i for i in range(vocab) if i not in specials])
+    g = torch.Generator().manual_seed(1)
+    ids = ordinary[torch.randint(0, len(ordinary), (BATCH, SEQ), generator=g)]
+    pad_id = getattr(config.get_text_config(decoder=True), "pad_token_id", None)
+    pad_id = pad_id if isinstance(pad_id, int) and 0 <= pad_id < vocab else int(ordinary[0])
+    train = {"input_ids": ids.clone()}
+    gen = {"input_ids": ids[:, : SEQ // 2].clone()}
+    if "attention_mask" in params:
+        mask = torch.ones_like(ids)
+        mask[1, -PAD:] = 0
+        train["input_ids"][1, -PAD:] = pad_id
+        train["attention_mask"] = mask
+        gmask = torch.ones_like(gen["input_ids"])
+        gmask[1, :PAD] = 0
+        gen["input_ids"][1, :PAD] = pad_id
+        gen["attention_mask"] = gmask
+    labels = train["input_ids"].clone()
+    if "attention_mask" in train:
+        labels[train["attention_mask"] == 0] = -100
+    train["labels"] = labels
+    override = OVERRIDES.get(model_type)
+    if override is not None and override.batch is not None:
+        train = override.batch(config, train, g)
+        gen = {k: v for k, v in override.batch(config, gen, g).items() if k != "labels"}
+        if train["input_ids"].shape[0] != BATCH:  # one row per codebook: the mask is per sample
+            gen.pop("attention_mask", None)
+    gen["_pad_token_id"] = pad_id
+    return train, gen

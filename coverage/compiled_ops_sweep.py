@@ -20,26 +20,23 @@ samples of each op and dtype (default 3) in float32, bfloat16, int64 and bool, o
 ``opinfo_sweep``'s core ops (``--core``, what ``make coverage-ops-compiled`` runs) or any ops.
 
     python coverage/compiled_ops_sweep.py --core   # writes docs/coverage/ops_compiled.{md,json}
-    python coverage/compiled_ops_sweep.py --ops add,softmax --no-write
+    python coverage/compiled_ops_sweep.py --ops add,softmax   # prints the summary only
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
-import json
 import os
-import platform
 import sys
-import time
-from pathlib import Path
 
 import torch
 
 import opinfo_sweep as _ops
 from torch_neuronx.testing._compare import compare, map_tensors, op_tolerance, tensors, to_cpu
 from torch_neuronx.testing._pool import positive
+
+from _sweep import main as sweep_main
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 MAX_SAMPLES = 3
@@ -119,33 +116,66 @@ def _check_op_item(item: tuple[str, tuple[str, ...]], max_samples: int = MAX_SAM
     return check_op(key, tuple(getattr(torch, d) for d in dtype_names), max_samples)
 
 
-def run_sweep(keys: list[str], workers: int, timeout: float, dtypes: tuple[torch.dtype, ...] = DTYPES,
-              max_samples: int = MAX_SAMPLES, progress: bool = True) -> list[dict]:
-    return _ops.run_sweep(keys, workers, timeout, progress, dtypes,
-                          item_fn=functools.partial(_check_op_item, max_samples=max_samples),
-                          desc="compiled OpInfo sweep")
+class CompiledOpsSweep(_ops.OpSweep):
+    script = "compiled_ops_sweep"
+    description = __doc__
+    report = "ops_compiled"
+    dtypes = DTYPES
+    core_help = "only opinfo_sweep's core ops (the report's run)"
+    core_is_full = True
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        super().add_arguments(p)
+        p.add_argument("--max-samples", type=positive(int), default=MAX_SAMPLES,
+                       help="samples per op and dtype (default %(default)s)")
+
+    def configure(self, args: argparse.Namespace) -> CompiledOpsSweep:
+        return self if args.max_samples == MAX_SAMPLES else CompiledOpsSweep(args.max_samples)
+
+    def __init__(self, max_samples: int = MAX_SAMPLES) -> None:
+        super().__init__()
+        self.max_samples = max_samples
+
+    def check(self):
+        return functools.partial(_check_op_item, max_samples=self.max_samples)
+
+    def is_subset(self, args: argparse.Namespace) -> bool:
+        return super().is_subset(args) or self.max_samples != MAX_SAMPLES
+
+    def options(self, args: argparse.Namespace) -> list[str]:
+        extra = ["--max-samples", str(self.max_samples)] if self.max_samples != MAX_SAMPLES else []
+        return super().options(args) + extra
+
+    def printed(self, records: list[dict], s: dict, seconds: float, workers: int) -> list[str]:
+        return [f"{s['samples_passed']} passed, {s['samples_failed']} failed "
+                f"({100 * s['pass_rate']:.2f}% of {s['samples_run']} compiled samples) in {seconds:.0f} s",
+                *_ops.printed_failures(s["ops"])]
+
+    def meta(self, items: list, args: argparse.Namespace) -> dict:
+        return {**super().meta(items, args), "max_samples": self.max_samples}
+
+    def render(self, records: list[dict], summary: dict, meta: dict) -> tuple[dict, str]:
+        return {"meta": meta, **summary}, markdown(summary, meta)
 
 
-def write_report(summary: dict, out_dir: Path, command: str, seconds: float, workers: int,
-                 dtypes: tuple[torch.dtype, ...], max_samples: int) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"torch": torch.__version__, "date": datetime.date.today().isoformat(), "command": command,
-            "dtypes": [_ops.dtype_name(d) for d in dtypes], "max_samples": max_samples,
-            "wall_seconds": round(seconds, 1), "workers": workers, "python": platform.python_version()}
-    (out_dir / "ops_compiled.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
-    s = summary
+SWEEP = CompiledOpsSweep()
+
+
+def markdown(s: dict, meta: dict) -> str:
+    """The page ``ops_compiled.md``."""
+    max_samples = meta["max_samples"]
     skipped = sum(c.get("skipped", 0) for c in s["dtypes"].values())
     eager_error = sum(c.get("eager-error", 0) for c in s["dtypes"].values())
     lines = [
         "# OpInfo samples compiled for `neuron`",
         "",
-        f"OpInfos of PyTorch {torch.__version__}'s `op_db` ({len(s['ops'])} entries), the first {max_samples} sample "
+        f"OpInfos of PyTorch {meta['torch']}'s `op_db` ({len(s['ops'])} entries), the first {max_samples} sample "
         f"inputs of each in {', '.join(meta['dtypes'])}, compiled with `torch.compile(backend=\"neuron\")` "
         "(static shapes, a fresh compile per sample, Inductor's `fallback_random`) and compared with eager "
         "`neuron`: outputs, and gradients through the compiled backward in float32. Eager `neuron` itself is "
         "compared with CPU in `ops.md`. See `coverage/compiled_ops_sweep.py`.",
         "",
-        f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
+        _ops.regenerate_line(meta),
         "",
         f"**{s['samples_passed']} of {s['samples_run']} samples pass ({100 * s['pass_rate']:.2f}%)**; "
         f"{s['samples_failed']} fail; {eager_error} raised eagerly (not counted); {skipped} beyond the first "
@@ -158,29 +188,11 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         "",
     ]
     lines += ["## Failures", "", *(_ops.failure_rows(s["ops"]) if s["samples_failed"] else ["None."]), ""]
-    (out_dir / "ops_compiled.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _ops.add_sweep_args(p, core_help="only opinfo_sweep's core ops", dtypes=DTYPES)
-    p.add_argument("--max-samples", type=positive(int), default=MAX_SAMPLES,
-                   help="samples per op and dtype (default %(default)s)")
-    args = p.parse_args(argv)
-    keys, dtypes = _ops.selected_ops(p, args)
-    start = time.perf_counter()
-    results = run_sweep(keys, args.workers, args.timeout, dtypes, args.max_samples)
-    seconds = time.perf_counter() - start
-    s = _ops.summarize(results)
-    print(f"{s['samples_passed']} passed, {s['samples_failed']} failed "
-          f"({100 * s['pass_rate']:.2f}% of {s['samples_run']} compiled samples) in {seconds:.0f} s")
-    _ops.print_failures(s["ops"])
-    if not args.no_write:
-        cmd = _ops.regenerate_command("compiled_ops_sweep", args, DTYPES)
-        if args.max_samples != MAX_SAMPLES:
-            cmd += f" --max-samples {args.max_samples}"
-        write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.max_samples)
-    return 0 if s["samples_failed"] == 0 else 1
+    return sweep_main(SWEEP, argv)
 
 
 if __name__ == "__main__":

@@ -28,29 +28,26 @@ which data-dependent ops run too (their data-dependent sizes are not compared).
 
     python coverage/fake_sweep.py             # all ops, writes docs/coverage/fake.{md,json}
     python coverage/fake_sweep.py --dynamic   # writes docs/coverage/fake_dynamic.{md,json}
-    python coverage/fake_sweep.py --ops nn.functional.scaled_dot_product_attention --no-write
+    python coverage/fake_sweep.py --ops nn.functional.scaled_dot_product_attention   # prints only
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import functools
-import json
 import math
 import os
-import platform
 import sys
-import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
 
 import opinfo_sweep as _ops
 from torch_neuronx.testing._compare import CPUCopy, map_tensors, tensors
+
+from _sweep import main as sweep_main
 
 DTYPES = _ops.DTYPES
 MAX_DETAIL = 300
@@ -327,19 +324,64 @@ def summarize(results: list[dict]) -> dict:
             "ops": per_op}  # fmt: skip
 
 
-def write_report(summary: dict, out_dir: Path, command: str, seconds: float, workers: int,
-                 dtypes: tuple[torch.dtype, ...], dynamic: bool = False) -> None:  # fmt: skip
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = "fake_dynamic" if dynamic else "fake"
-    meta = {"torch": torch.__version__, "date": datetime.date.today().isoformat(), "command": command,
-            "dtypes": [_ops.dtype_name(d) for d in dtypes], "wall_seconds": round(seconds, 1),
-            "workers": workers, "python": platform.python_version(), "dynamic": dynamic}  # fmt: skip
-    (out_dir / f"{name}.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
-    s = summary
+class FakeSweep(_ops.OpSweep):
+    script = "fake_sweep"
+    description = __doc__
+    report = "fake"
+    core_help = "only opinfo_sweep's core ops"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        super().add_arguments(p)
+        p.add_argument("--dynamic", action="store_true", help="fake inputs with symbolic sizes (writes fake_dynamic.*)")
+
+    def configure(self, args: argparse.Namespace) -> FakeSweep:
+        return DYNAMIC if args.dynamic else self
+
+    def check(self):
+        return _check_op_item
+
+    def summarize(self, records: list[dict]) -> dict:
+        return summarize(records)
+
+    def failed(self, summary: dict) -> bool:
+        return summary["samples_fail"] > 0
+
+    def printed(self, records: list[dict], s: dict, seconds: float, workers: int) -> list[str]:
+        out = [f"{s['samples_pass']} passed, {s['samples_fail']} failed on neuron only, {s['samples_upstream']} "
+               f"upstream (of {s['samples']} samples; {s['samples_real_error']} raised for real) in {seconds:.0f} s"]
+        for o in s["ops"]:
+            if o["fail"]:
+                first = o["failures"][0]["message"] if o["failures"] else f"{o['status']}: {o['error']}"
+                out.append(f"  FAIL {o['op']}: {o['fail']} samples; {first[:200]}")
+        return out
+
+    def meta(self, items: list, args: argparse.Namespace) -> dict:
+        return {**super().meta(items, args), "dynamic": self is DYNAMIC}
+
+    def render(self, records: list[dict], summary: dict, meta: dict) -> tuple[dict, str]:
+        return {"meta": meta, **summary}, markdown(summary, meta)
+
+
+class DynamicFakeSweep(FakeSweep):
+    report = "fake_dynamic"
+
+    def check(self):
+        return _check_op_item_dynamic
+
+    def options(self, args: argparse.Namespace) -> list[str]:
+        return ["--dynamic", *super().options(args)]
+
+
+SWEEP, DYNAMIC = FakeSweep(), DynamicFakeSweep()
+
+
+def markdown(s: dict, meta: dict) -> str:
+    """The page ``fake.md`` (``fake_dynamic.md`` with symbolic sizes)."""
+    dynamic = meta["dynamic"]
     lines = [
         "# Fake tensors on the `neuron` device" + (", symbolic sizes" if dynamic else ""),
         "",
-        f"Every OpInfo of PyTorch {torch.__version__}'s `op_db` ({len(s['ops'])} entries), every sample input in "
+        f"Every OpInfo of PyTorch {meta['torch']}'s `op_db` ({len(s['ops'])} entries), every sample input in "
         f"{', '.join(meta['dtypes'])}, run on `neuron` for real and under `FakeTensorMode` (as Dynamo and "
         "AOTAutograd trace): outputs and gradients must agree in shape, dtype, device, significant strides, "
         "storage offset, requires_grad and aliasing. Samples that also fail this way on CPU are `upstream` "
@@ -348,7 +390,7 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
            "data-dependent output sizes then run too (those sizes are not compared)." if dynamic else
            " The same with symbolic sizes: `fake_dynamic.md`."),
         "",
-        f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
+        _ops.regenerate_line(meta),
         "",
         f"**{s['samples_pass']} of {s['samples']} samples pass; {s['samples_fail']} fail on neuron only; "
         f"{s['samples_upstream']} fail the same way on CPU (upstream)**; {s['samples_real_error']} raised in the "
@@ -371,32 +413,11 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
                                                               else "")
         lines.append(f"| {r['reason']} | {r['samples']} | {ops} |")
     lines.append("")
-    (out_dir / f"{name}.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _ops.add_sweep_args(p, core_help="only opinfo_sweep's core ops")
-    p.add_argument("--dynamic", action="store_true", help="fake inputs with symbolic sizes (writes fake_dynamic.*)")
-    args = p.parse_args(argv)
-    keys, dtypes = _ops.selected_ops(p, args)
-    start = time.perf_counter()
-    results = _ops.run_sweep(keys, args.workers, args.timeout, dtypes=dtypes,
-                             item_fn=_check_op_item_dynamic if args.dynamic else _check_op_item,
-                             desc="fake-tensor sweep" + (" (dynamic)" if args.dynamic else ""))
-    seconds = time.perf_counter() - start
-    s = summarize(results)
-    print(f"{s['samples_pass']} passed, {s['samples_fail']} failed on neuron only, {s['samples_upstream']} "
-          f"upstream (of {s['samples']} samples; {s['samples_real_error']} raised for real) in {seconds:.0f} s")
-    for o in s["ops"]:
-        if o["fail"]:
-            first = o["failures"][0]["message"] if o["failures"] else f"{o['status']}: {o['error']}"
-            print(f"  FAIL {o['op']}: {o['fail']} samples; {first[:200]}")
-    if not args.no_write:
-        cmd = _ops.regenerate_command("fake_sweep", args, DTYPES,
-                                      *(["--dynamic"] if args.dynamic else []))
-        write_report(s, Path(args.out_dir), cmd, seconds, args.workers, dtypes, args.dynamic)
-    return 0 if s["samples_fail"] == 0 else 1
+    return sweep_main(SWEEP, argv)
 
 
 if __name__ == "__main__":

@@ -27,21 +27,18 @@ accumulate in fp32 and round once, where some CPU kernels round partial results 
 conv_transpose's column sums), so the device may differ from CPU by being more accurate.
 
     python coverage/opinfo_sweep.py                 # all ops, writes docs/coverage/ops.{md,json}
-    python coverage/opinfo_sweep.py --ops add,mm,sum --no-write
+    python coverage/opinfo_sweep.py --ops add,mm,sum   # a subset: prints the summary only
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
 import sys
 import time
 import warnings
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,9 +46,10 @@ import torch
 from torch_neuronx.testing._compare import (
     CPUCopy, UnsupportedLayout, compare, compare_with_float64, map_tensors, op_tolerance, tensors, to_cpu,
 )  # fmt: skip
-from torch_neuronx.testing._pool import default_workers, positive, run_isolated
+from torch_neuronx.testing._pool import default_workers
 
-from _sweep import script
+from _sweep import Sweep
+from _sweep import main as sweep_main
 
 # The dtypes most models use; `make test`'s core-op subset runs these.
 CORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool)
@@ -477,27 +475,112 @@ def summarize(results: list[dict]) -> dict:
             "ops": per_op}  # fmt: skip
 
 
-def write_report(summary: dict, out_dir: Path, command: str, seconds: float, workers: int,
-                 dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"torch": torch.__version__, "date": datetime.date.today().isoformat(), "command": command,
-            "dtypes": [dtype_name(d) for d in dtypes], "wall_seconds": round(seconds, 1),
-            "workers": workers, "python": platform.python_version()}  # fmt: skip
-    (out_dir / "ops.json").write_text(json.dumps({"meta": meta, **summary}, indent=1) + "\n")
+class OpSweep(Sweep):
+    """What the sweeps over OpInfo samples share: ``--ops`` / ``--core`` / ``--dtypes``, one item
+    per op (its key and the dtype names), one record per op (``check_op``'s result, or the
+    op's crash or timeout)."""
+
+    unit = "op"
+    dtypes = DTYPES  # the default of --dtypes
+    core_help = "only the core ops that `make test` checks"
+    core_is_full = False  # whether --core is the run the report is made from
+
+    def __init__(self) -> None:
+        self.default_workers = default_workers()
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
+        p.add_argument("--core", action="store_true", help=self.core_help)
+        p.add_argument("--dtypes", default=",".join(dtype_name(d) for d in self.dtypes),
+                       help="comma-separated dtypes (default: %(default)s)")
+
+    def chosen_dtypes(self, args: argparse.Namespace) -> tuple[torch.dtype, ...] | None:
+        """The dtypes of ``--dtypes``, None when it names something else."""
+        try:
+            dtypes = tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip())
+        except AttributeError:
+            return None
+        return dtypes if dtypes and all(isinstance(d, torch.dtype) for d in dtypes) else None
+
+    def select(self, p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, tuple[str, ...]]]:
+        dtypes = self.chosen_dtypes(args)
+        if dtypes is None:
+            p.error(f"--dtypes: not a list of torch dtypes: {args.dtypes!r}")
+        keys = all_op_keys()
+        if args.ops:
+            wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
+            unknown = [k for k in wanted if not select_op_keys([k])]
+            if unknown:
+                p.error(f"unknown OpInfo name(s): {', '.join(unknown)}")
+            keys = select_op_keys(wanted)
+        elif args.core:
+            keys = select_op_keys(CORE_OPS)
+        names = tuple(dtype_name(d) for d in dtypes)
+        return [(k, names) for k in keys]
+
+    def is_subset(self, args: argparse.Namespace) -> bool:
+        return bool(args.ops) or args.core != self.core_is_full or self.chosen_dtypes(args) != self.dtypes
+
+    def options(self, args: argparse.Namespace) -> list[str]:
+        out = ["--ops", args.ops] if args.ops else ["--core"] if args.core else []
+        return out + (["--dtypes", args.dtypes] if self.chosen_dtypes(args) != self.dtypes else [])
+
+    def check(self):
+        return _check_op_item
+
+    def initializer(self) -> None:
+        _index_ops()
+
+    def record(self, o) -> dict:
+        if o.kind == "ok":
+            return dict(o.value, status="ok")
+        return {"op": o.item[0], "status": o.kind, "error": o.error.strip().splitlines()[0] if o.error else o.kind,
+                "counts": {}, "failures": [], "seconds": round(o.seconds, 2)}  # fmt: skip
+
+    def label(self, record: dict) -> str:
+        return record["op"]
+
+    def summarize(self, records: list[dict]) -> dict:
+        return summarize(records)
+
+    def failed(self, summary: dict) -> bool:
+        return summary["samples_failed"] > 0
+
+    def printed(self, records: list[dict], summary: dict, seconds: float, workers: int) -> list[str]:
+        return [f"{summary['samples_passed']} passed, {summary['samples_failed']} failed "
+                f"({100 * summary['pass_rate']:.2f}% of {summary['samples_run']} samples; "
+                f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s", *printed_failures(summary["ops"])]
+
+    def meta(self, items: list, args: argparse.Namespace) -> dict:
+        return {"torch": torch.__version__, "dtypes": list(items[0][1]) if items else [],
+                "python": platform.python_version()}
+
+
+class OpInfoSweep(OpSweep):
+    script = "opinfo_sweep"
+    description = __doc__
+    report = "ops"
+
+    def render(self, records: list[dict], summary: dict, meta: dict) -> tuple[dict, str]:
+        return {"meta": meta, **summary}, markdown(summary, meta)
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    """The page ``ops.md``."""
     ops = summary["ops"]
     failing = [o for o in ops if o["fail"]]
     lines = [
         "# OpInfo coverage of the `neuron` device",
         "",
-        f"Every OpInfo of PyTorch {torch.__version__}'s `op_db` ({len(ops)} entries), every sample input, in "
+        f"Every OpInfo of PyTorch {meta['torch']}'s `op_db` ({len(ops)} entries), every sample input, in "
         f"{', '.join(meta['dtypes'])} where the op supports the dtype on CPU: outputs compared with CPU, plus "
-        f"gradients ({', '.join(dtype_name(d) for d in dtypes if d in GRAD_DTYPES)}), the in-place variant and the "
-        "`out=` variant (into empty outputs, and into preallocated non-contiguous outputs whose whole buffers are "
-        "compared). "
+        f"gradients ({', '.join(d for d in meta['dtypes'] if getattr(torch, d) in GRAD_DTYPES)}), the in-place "
+        "variant and the `out=` variant (into empty outputs, and into preallocated non-contiguous outputs whose "
+        "whole buffers are compared). "
         "A sample passes when all its checks match. Samples that raise on CPU are not counted; "
         "crashes and timeouts count as failures.",
         "",
-        f"Regenerate: `{command}` ({seconds / 60:.1f} min with {workers} workers on {meta['date']}).",
+        regenerate_line(meta),
         "",
         f"**{summary['samples_passed']} of {summary['samples_run']} samples pass "
         f"({100 * summary['pass_rate']:.2f}%)**; {summary['samples_failed']} fail; "
@@ -521,71 +604,16 @@ def write_report(summary: dict, out_dir: Path, command: str, seconds: float, wor
         rate = "—" if o["rate"] is None else f"{100 * o['rate']:.0f}%"
         lines.append(f"| `{o['op']}` | {o['pass']} of {o['pass'] + o['fail']} | {rate} | {o['cpu-error']} | "
                      f"{o['seconds']:.1f} |")  # fmt: skip
-    (out_dir / "ops.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
-def run_sweep(keys: list[str], workers: int, timeout: float, progress: bool = True,
-              dtypes: tuple[torch.dtype, ...] = DTYPES, item_fn=None, desc: str = "OpInfo sweep") -> list[dict]:
-    """Runs ``item_fn((key, dtype names))`` (module-level; default: this sweep's check_op)
-    for every key in isolated workers; returns the per-op results in the order of ``keys``."""
-    from tqdm import tqdm
-
-    results = []
-    names = tuple(dtype_name(d) for d in dtypes)
-    bar = tqdm(total=len(keys), desc=desc, unit="op", disable=not progress, file=sys.stderr)
-    for o in run_isolated(item_fn or _check_op_item, [(k, names) for k in keys], workers=workers, timeout=timeout,
-                          initializer=_index_ops):
-        if o.kind == "ok":
-            r = dict(o.value, status="ok")
-        else:
-            r = {"op": o.item[0], "status": o.kind, "error": o.error.strip().splitlines()[0] if o.error else o.kind,
-                 "counts": {}, "failures": [], "seconds": round(o.seconds, 2)}  # fmt: skip
-        results.append(r)
-        bar.update(1)
-    bar.close()
-    order = {k: i for i, k in enumerate(keys)}
-    return sorted(results, key=lambda r: order[r["op"]])
+def regenerate_line(meta: dict) -> str:
+    """The report line that names the command and what the run took."""
+    return (f"Regenerate: `{meta['command']}` ({meta['wall_seconds'] / 60:.1f} min with {meta['workers']} workers "
+            f"on {meta['date']}).")
 
 
-def add_sweep_args(p: argparse.ArgumentParser, core_help: str, dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
-    """The command-line options every sweep over OpInfo samples shares (see `selected_ops`)."""
-    p.add_argument("--ops", help="comma-separated OpInfo names (default: all of op_db)")
-    p.add_argument("--core", action="store_true", help=core_help)
-    p.add_argument("--workers", type=positive(int), default=default_workers())
-    p.add_argument("--timeout", type=positive(float), default=600.0, help="seconds per op before it counts as a timeout")
-    p.add_argument("--out-dir", default="docs/coverage")
-    p.add_argument("--no-write", action="store_true", help="print the summary only")
-    p.add_argument("--dtypes", default=",".join(dtype_name(d) for d in dtypes),
-                   help="comma-separated dtypes (default: %(default)s)")
-
-
-def selected_ops(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], tuple[torch.dtype, ...]]:
-    """(op keys, dtypes) chosen by `add_sweep_args`'s options; a bad value is a usage error."""
-    try:
-        dtypes = tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip())
-        assert dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
-    except (AttributeError, AssertionError):
-        p.error(f"--dtypes: not a list of torch dtypes: {args.dtypes!r}")
-    keys = all_op_keys()
-    if args.ops:
-        wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
-        unknown = [k for k in wanted if not select_op_keys([k])]
-        if unknown:
-            p.error(f"unknown OpInfo name(s): {', '.join(unknown)}")
-        keys = select_op_keys(wanted)
-    elif args.core:
-        keys = select_op_keys(CORE_OPS)
-    return keys, dtypes
-
-
-def regenerate_command(module: str, args: argparse.Namespace, default_dtypes: tuple[torch.dtype, ...],
-                       *extra: str) -> str:
-    """The command line that reproduces a report made with `add_sweep_args`'s options."""
-    cmd = " ".join([script(module), *extra])
-    cmd += f" --ops {args.ops}" if args.ops else " --core" if args.core else ""
-    if tuple(getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()) != default_dtypes:
-        cmd += f" --dtypes {args.dtypes}"
-    return cmd
+SWEEP = OpInfoSweep()
 
 
 def first_failure(o: dict) -> dict:
@@ -603,11 +631,15 @@ def failure_rows(ops: list[dict]) -> list[str]:
     return lines
 
 
-def print_failures(ops: list[dict]) -> None:
+def printed_failures(ops: list[dict]) -> list[str]:
+    """One printed line per op with failing samples."""
+    out = []
     for o in ops:
         if o["fail"]:
             first = first_failure(o)
-            print(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: {first['message'][:200]}")
+            out.append(f"  FAIL {o['op']}: {o['fail']} samples; {first['check']} {first['dtype']}: "
+                       f"{first['message'][:200]}")
+    return out
 
 
 def dtype_rows(summary: dict, dtype_names: list[str], cpu_error: bool = True) -> list[str]:
@@ -624,22 +656,7 @@ def dtype_rows(summary: dict, dtype_names: list[str], cpu_error: bool = True) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_sweep_args(p, core_help="only the core ops that `make test` checks")
-    args = p.parse_args(argv)
-    keys, dtypes = selected_ops(p, args)
-    start = time.perf_counter()
-    results = run_sweep(keys, args.workers, args.timeout, dtypes=dtypes)
-    seconds = time.perf_counter() - start
-    summary = summarize(results)
-    print(f"{summary['samples_passed']} passed, {summary['samples_failed']} failed "
-          f"({100 * summary['pass_rate']:.2f}% of {summary['samples_run']} samples; "
-          f"{summary['samples_cpu_error']} raised on CPU) in {seconds:.0f} s")  # fmt: skip
-    print_failures(summary["ops"])
-    if not args.no_write:
-        cmd = regenerate_command("opinfo_sweep", args, DTYPES)
-        write_report(summary, Path(args.out_dir), cmd, seconds, args.workers, dtypes)
-    return 0 if summary["samples_failed"] == 0 else 1
+    return sweep_main(SWEEP, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ import torch
 from torch_neuronx.testing import Outcome
 
 import _models_specs as specs  # coverage/ (on sys.path by conftest.py)
-import models_sweep as sweep
+import hf_sweep
+
+sweep = hf_sweep.population("models")
 
 TIMEOUT = 240.0
 
@@ -24,7 +26,7 @@ TIMEOUT = 240.0
 @pytest.fixture(scope="module")
 def fast_records() -> dict:
     """One isolated run of the whole subset (two workers), keyed by architecture."""
-    records = sweep.run_sweep(list(sweep.FAST_ARCHITECTURES), workers=2, timeout=TIMEOUT, progress=False)
+    records = sweep.run(list(sweep.fast), workers=2, timeout=TIMEOUT, progress=False)
     return {r["arch"]: r for r in records}
 
 
@@ -34,15 +36,15 @@ def _explain(r: dict) -> str:
 
 
 def test_fast_subset_is_the_most_used_families_of_every_modality():
-    names = sweep.FAST_ARCHITECTURES
+    names = sweep.fast
     assert len(names) == 20 and len(set(names)) == 20  # an empty subset would collect nothing
-    assert set(names) <= set(sweep.architectures())
+    assert set(names) <= set(sweep.names())
     tasks = {specs.task_of(n)[0] for n in names}
     assert {"masked-lm", "seq2seq-lm", "speech-seq2seq", "ctc", "image-classification", "contrastive",
             "image-text-to-text", "causal-lm"} <= tasks, tasks
 
 
-@pytest.mark.parametrize("arch", sweep.FAST_ARCHITECTURES)
+@pytest.mark.parametrize("arch", sweep.fast)
 def test_family_matches_cpu(fast_records, arch):
     r = fast_records[arch]
     assert r["status"] == "pass", _explain(r)
@@ -71,15 +73,15 @@ def _frozen_copy(model):
 
 
 def test_checker_reports_a_wrong_device_result(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_copy", _perturbed_copy)
-    r = sweep.check_one_arch("bert")
+    monkeypatch.setattr(sweep, "device_copy", _perturbed_copy)
+    r = sweep.check_one("bert")
     assert r["status"] == "fail" and r["stage"] == "forward", _explain(r)
     assert "differ" in r["reason"], r["reason"]
 
 
 def test_checker_reports_a_missing_gradient(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_copy", _frozen_copy)
-    r = sweep.check_one_arch("bert")
+    monkeypatch.setattr(sweep, "device_copy", _frozen_copy)
+    r = sweep.check_one("bert")
     assert r["status"] == "fail" and r["stage"] == "backward", _explain(r)
     assert "None on neuron" in r["reason"], r["reason"]
 
@@ -87,17 +89,17 @@ def test_checker_reports_a_missing_gradient(monkeypatch):
 def test_a_head_that_writes_to_its_inputs_is_compared_on_the_inputs_cpu_saw():
     # BLIP's generate sets the first token of the ids it is given; the device's forward must still
     # get the ids the CPU forward got (its loss differed when they leaked into the device's inputs)
-    r = sweep.check_one_arch("blip")
+    r = sweep.check_one("blip")
     assert r["status"] == "pass" and r["stages"]["generate"] == "pass", _explain(r)
 
 
 def test_projection_loss_weighs_every_element():
     a = torch.zeros(3, 4, requires_grad=True)
     b = torch.zeros(5, requires_grad=True)
-    sweep.projection_loss({"x": a, "y": (b, torch.ones(2))}).backward()
+    hf_sweep.projection_loss({"x": a, "y": (b, torch.ones(2))}).backward()
     assert bool((a.grad != 0).all()) and bool((b.grad != 0).all())
     with pytest.raises(RuntimeError, match="no output"):
-        sweep.projection_loss({"x": torch.ones(2)})
+        hf_sweep.projection_loss({"x": torch.ones(2)})
 
 
 # ---- cpu-unrunnable hides nothing --------------------------------------------------------------
@@ -107,54 +109,54 @@ def _on_device(batch: dict) -> bool:
 
 
 def test_a_device_error_that_looks_like_a_missing_package_is_a_failure(monkeypatch):
-    real = sweep._stage_forward
+    real = sweep.forward
 
-    def forward(model, batch):
+    def forward(model, batch, ctx):
         if _on_device(batch):
             raise ImportError("No module named 'timm'")
-        return real(model, batch)
+        return real(model, batch, ctx)
 
-    monkeypatch.setattr(sweep, "_stage_forward", forward)
-    r = sweep.check_one_arch("bert")
+    monkeypatch.setattr(sweep, "forward", forward)
+    r = sweep.check_one("bert")
     assert r["status"] == "fail" and r["stage"] == "forward", _explain(r)
 
 
 def test_a_declared_library_defect_that_does_not_happen_is_a_failure(monkeypatch):
     monkeypatch.setitem(specs.SPECS, "bert", specs.Spec("test", unrunnable="a library defect",
                                                         unrunnable_match="Traceback"))
-    r = sweep.check_one_arch("bert")
+    r = sweep.check_one("bert")
     assert r["status"] == "fail" and r["stage"] == "harness", _explain(r)
     assert "declared cpu-unrunnable" in r["reason"], r["reason"]
 
 
 def test_a_declared_library_defect_must_match_the_actual_error(monkeypatch):
-    def broken(model, batch):
+    def broken(model, batch, ctx):
         raise ValueError("shapes do not match")
 
-    monkeypatch.setattr(sweep, "_stage_forward", broken)
+    monkeypatch.setattr(sweep, "forward", broken)
     monkeypatch.setitem(specs.SPECS, "bert", specs.Spec("test", unrunnable="a library defect",
                                                         unrunnable_match="some other error"))
-    r = sweep.check_one_arch("bert", device=False)
+    r = sweep.check_one("bert", device=False)
     assert r["status"] == "fail" and r["stage"] == "harness", _explain(r)  # a harness gap, not hidden
     monkeypatch.setitem(specs.SPECS, "bert", specs.Spec("test", unrunnable="a library defect",
                                                         unrunnable_match="shapes do not match"))
-    r = sweep.check_one_arch("bert", device=False)
+    r = sweep.check_one("bert", device=False)
     assert r["status"] == "cpu-unrunnable" and "a library defect" in r["reason"], _explain(r)
 
 
 def test_a_cpu_error_is_a_harness_failure_unless_a_package_is_missing(monkeypatch):
-    def broken(model, batch):
+    def broken(model, batch, ctx):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
-    monkeypatch.setattr(sweep, "_stage_forward", broken)
-    r = sweep.check_one_arch("bert", device=False)
+    monkeypatch.setattr(sweep, "forward", broken)
+    r = sweep.check_one("bert", device=False)
     assert r["status"] == "fail" and r["stage"] == "harness", _explain(r)
 
-    def missing(model, batch):
+    def missing(model, batch, ctx):
         raise ImportError("No module named 'timm'")
 
-    monkeypatch.setattr(sweep, "_stage_forward", missing)
-    r = sweep.check_one_arch("bert", device=False)
+    monkeypatch.setattr(sweep, "forward", missing)
+    r = sweep.check_one("bert", device=False)
     assert r["status"] == "cpu-unrunnable" and "timm" in r["reason"], _explain(r)
 
 
@@ -187,15 +189,15 @@ def test_summary_counts_cpu_unrunnable_apart_and_crash_timeout_as_not_passing():
 
 
 def test_outcomes_that_are_not_results_never_pass():
-    crash = sweep.record_from_outcome(Outcome("x", "crash", error="worker process died (exit code -6)"))
-    timeout = sweep.record_from_outcome(Outcome("y", "timeout", error="no result after 240 s", seconds=240))
-    raised = sweep.record_from_outcome(Outcome("z", "exception", error="KeyError: 'k'\nTraceback ..."))
+    crash = sweep.record(Outcome("x", "crash", error="worker process died (exit code -6)"))
+    timeout = sweep.record(Outcome("y", "timeout", error="no result after 240 s", seconds=240))
+    raised = sweep.record(Outcome("z", "exception", error="KeyError: 'k'\nTraceback ..."))
     assert (crash["status"], timeout["status"], raised["status"]) == ("crash", "timeout", "fail")
     assert sweep.summarize([crash, timeout, raised])["pass"] == 0
 
 
 def test_report_files(tmp_path):
-    md, js = sweep.write_report(FABRICATED, tmp_path, META)
+    md, js = sweep.write(FABRICATED, tmp_path, META)
     data = json.loads(js.read_text())
     assert data["summary"]["pass"] == 2 and data["summary"]["runnable"] == 5
     text = md.read_text()
@@ -215,5 +217,5 @@ def test_report_files(tmp_path):
     (FABRICATED[:3], 1),                                  # a failure
 ])
 def test_exit_code(monkeypatch, records, code):
-    monkeypatch.setattr(sweep, "run_sweep", lambda names, workers, timeout: records)
-    assert sweep.main(["--only", "bert", "--no-write"]) == code
+    monkeypatch.setattr(sweep, "run", lambda names, workers, timeout: records)
+    assert hf_sweep.main(["--population", "models", "--only", "bert", "--no-write"]) == code

@@ -4,6 +4,8 @@ checker failing when compiled code is wrong."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.testing._internal.common_dtype import floating_types
@@ -102,7 +104,9 @@ def test_a_compile_error_is_a_failure(monkeypatch):
 def test_max_samples_and_report(tmp_path):
     r = compiled_ops_sweep.check_op("mul", (torch.float32,), max_samples=1)
     assert r["counts"]["float32"]["pass"] == 1 and r["counts"]["float32"].get("skipped", 0) >= 1, r
-    s = opinfo_sweep.summarize([r])
-    compiled_ops_sweep.write_report(s, tmp_path, "cmd", 1.0, 1, (torch.float32,), 1)
-    text = (tmp_path / "ops_compiled.md").read_text()
+    meta = {"torch": "t", "dtypes": ["float32"], "python": "3", "max_samples": 1, "date": "2000-01-01",
+            "command": "cmd", "workers": 1, "timeout": 1.0, "wall_seconds": 1.0}
+    md, js = compiled_ops_sweep.SWEEP.write([dict(r, status="ok")], tmp_path, meta)
+    text = md.read_text()
+    assert json.loads(js.read_text())["meta"] == meta
     assert "**1 of 1 samples pass (100.00%)**" in text and "## Failures\n\nNone." in text

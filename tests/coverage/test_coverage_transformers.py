@@ -14,7 +14,9 @@ import torch
 
 from torch_neuronx.testing import Outcome
 
-import transformers_sweep as sweep  # coverage/ (on sys.path by conftest.py)
+import hf_sweep  # coverage/ (on sys.path by conftest.py)
+
+sweep = hf_sweep.population("transformers")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -30,11 +32,11 @@ def _explain(r: dict) -> str:
     return f"{r['arch']}: {r['status']} at {r['stage']}: {r['reason']}\n  stages: {stages}"
 
 
-@pytest.mark.parametrize("arch", sweep.FAST_ARCHITECTURES)
+@pytest.mark.parametrize("arch", sweep.fast)
 def test_architecture_matches_cpu(arch):
-    r = sweep.check_one_arch(arch)
+    r = sweep.check_one(arch)
     assert r["status"] == "pass", _explain(r)
-    assert r["stages"] == {s: "pass" for s in sweep.STAGES}, _explain(r)  # every stage ran and matched
+    assert r["stages"] == {s: "pass" for s in sweep.stages}, _explain(r)  # every stage ran and matched
     # every op these models use has a native kernel; a new fallback op wants one too
     assert r["fallback_ops"] == {}, f"{arch} ran ops through the generic fallback: {r['fallback_ops']}"
     assert r["dynamo"]["compiles"] >= 1, r["dynamo"]  # the compiled stage really compiled
@@ -49,7 +51,7 @@ def test_compiled_stage_of_architectures_that_need_the_cpu_cat_lowering(arch):
     import torch._functorch.config as functorch_config
 
     with functorch_config.patch(enable_autograd_cache=False):
-        r = sweep.check_one_arch(arch)
+        r = sweep.check_one(arch)
     assert r["stages"]["compiled"] == "pass", _explain(r)
 
 
@@ -69,60 +71,60 @@ def _frozen_copy(model):
 
 
 def test_checker_reports_a_wrong_device_result(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_copy", _perturbed_copy)
-    r = sweep.check_one_arch("llama")
+    monkeypatch.setattr(sweep, "device_copy", _perturbed_copy)
+    r = sweep.check_one("llama")
     assert r["status"] == "fail" and r["stage"] == "forward", _explain(r)
     assert "logits" in r["reason"] and "differ" in r["reason"], r["reason"]
 
 
 def test_checker_reports_a_missing_gradient(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_copy", _frozen_copy)
-    r = sweep.check_one_arch("llama")
+    monkeypatch.setattr(sweep, "device_copy", _frozen_copy)
+    r = sweep.check_one("llama")
     assert r["status"] == "fail" and r["stage"] == "backward", _explain(r)
     assert "None on neuron" in r["reason"], r["reason"]
 
 
 def test_checker_reports_a_wrong_compiled_result(monkeypatch):
-    real = sweep._stage_compiled
+    real = sweep.compiled
 
-    def wrong(model, batch):
-        out = real(model, batch)
+    def wrong(model, batch, config):
+        out = real(model, batch, config)
         out["logits"] = out["logits"] + 0.5
         return out
 
-    monkeypatch.setattr(sweep, "_stage_compiled", wrong)
-    r = sweep.check_one_arch("llama")
+    monkeypatch.setattr(sweep, "compiled", wrong)
+    r = sweep.check_one("llama")
     assert r["status"] == "fail" and r["stage"] == "compiled", _explain(r)
     assert r["reason"].startswith("vs eager neuron: ") and "logits" in r["reason"], r["reason"]
     assert r["stages"]["step"] == "pass", _explain(r)  # the step ran on eager's gradients
 
 
 def test_compiled_stage_leaves_eager_gradients(monkeypatch):
-    real = sweep._stage_backward
+    real = sweep.backward
 
-    def backward(model, batch):
-        out = real(model, batch)
+    def backward(model, batch, config=None):
+        out = real(model, batch, config)
         if model._compiled_call_impl is not None:  # the compiled stage's own run: spoil its grads
             for p in model.parameters():
                 if p.grad is not None:
                     p.grad.add_(1.0)
         return out
 
-    monkeypatch.setattr(sweep, "_stage_backward", backward)
-    r = sweep.check_one_arch("llama")
+    monkeypatch.setattr(sweep, "backward", backward)
+    r = sweep.check_one("llama")
     assert r["stages"]["compiled"] == "pass" and r["stages"]["step"] == "pass", _explain(r)
 
 
 def test_graph_breaks_are_counted(monkeypatch):
-    real = sweep._build
+    real = sweep.build
 
-    def with_break(model_type):
-        model, config = real(model_type)
+    def with_break(model_type, record):
+        model, config = real(model_type, record)
         model.model.norm.register_forward_pre_hook(lambda m, args: torch._dynamo.graph_break())
         return model, config
 
-    monkeypatch.setattr(sweep, "_build", with_break)
-    r = sweep.check_one_arch("llama")
+    monkeypatch.setattr(sweep, "build", with_break)
+    r = sweep.check_one("llama")
     assert r["stages"]["compiled"] == "pass", _explain(r)  # a graph break is allowed, and counted
     assert r["dynamo"]["graph_breaks"] >= 1 and r["dynamo"]["compiles"] >= 2, r["dynamo"]
     assert any("graph_break" in k for k in r["dynamo"]["graph_break_reasons"]), r["dynamo"]
@@ -156,16 +158,16 @@ def test_summary_counts_cpu_unrunnable_apart_and_crash_timeout_as_not_passing():
 
 
 def test_outcomes_that_are_not_results_never_pass():
-    crash = sweep.record_from_outcome(Outcome("x", "crash", error="worker process died (exit code -6)"))
-    timeout = sweep.record_from_outcome(Outcome("y", "timeout", error="no result after 240 s", seconds=240))
-    raised = sweep.record_from_outcome(Outcome("z", "exception", error="KeyError: 'k'\nTraceback ..."))
+    crash = sweep.record(Outcome("x", "crash", error="worker process died (exit code -6)"))
+    timeout = sweep.record(Outcome("y", "timeout", error="no result after 240 s", seconds=240))
+    raised = sweep.record(Outcome("z", "exception", error="KeyError: 'k'\nTraceback ..."))
     assert (crash["status"], timeout["status"], raised["status"]) == ("crash", "timeout", "fail")
     assert raised["reason"] == "KeyError: 'k'"
     assert sweep.summarize([crash, timeout, raised])["pass"] == 0
 
 
 def test_report_files(tmp_path):
-    md, js = sweep.write_report(FABRICATED, tmp_path, META)
+    md, js = sweep.write(FABRICATED, tmp_path, META)
     data = json.loads(js.read_text())
     assert data["summary"]["pass"] == 2 and data["summary"]["runnable"] == 5
     assert [r["arch"] for r in data["results"]] == [r["arch"] for r in FABRICATED]
@@ -189,5 +191,5 @@ def test_report_files(tmp_path):
     (FABRICATED[:3], 1),                                  # a failure
 ])
 def test_exit_code(monkeypatch, records, code):
-    monkeypatch.setattr(sweep, "run_sweep", lambda names, workers, timeout: records)
-    assert sweep.main(["--only", "llama", "--no-write"]) == code
+    monkeypatch.setattr(sweep, "run", lambda names, workers, timeout: records)
+    assert hf_sweep.main(["--population", "transformers", "--only", "llama", "--no-write"]) == code

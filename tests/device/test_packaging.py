@@ -195,7 +195,7 @@ def test_installed_package_holds_no_sweep_or_catalog():
         assert tomllib.load(f)["tool"]["scikit-build"]["wheel"]["packages"] == ["torch_neuronx", "nki"]
     # ... and they are where `make coverage-*` runs them from
     swept = set(re.findall(r"\$\(PY\) (coverage/\w+\.py)", (_REPO / "Makefile").read_text()))
-    assert len(swept) == 6 and all((_REPO / s).is_file() for s in swept), swept
+    assert len(swept) == 4 and all((_REPO / s).is_file() for s in swept), swept  # hf, opinfo, fake, compiled
     assert all((_REPO / "coverage" / n).is_file() for n in _COVERAGE_ONLY)
 
 

@@ -2,7 +2,7 @@
 
 * the library's own ``neuron`` code paths fire with torch-neuronx installed (device detection,
   the device-backend proxy, random latents drawn on CPU, float64 downcast, SDXL's timesteps);
-* the fast subset of the model sweep (``coverage/diffusers_sweep.py``): forward and
+* the fast subset of the model sweep (``coverage/hf_sweep.py --population diffusers``): forward and
   every gradient of UNet2DCondition, FLUX, FLUX.2, Qwen-Image, AutoencoderKL and Wan;
 * tiny pipelines built in code (Stable Diffusion, FLUX, Qwen-Image; two steps, a CPU generator):
   the images on ``neuron`` equal CPU's;
@@ -26,7 +26,9 @@ import torch
 from torch_neuronx.testing import compare
 from torch_neuronx.testing import diffusers_pipelines as dp
 
-import diffusers_sweep as sweep  # coverage/ (on sys.path by conftest.py)
+import hf_sweep  # coverage/ (on sys.path by conftest.py)
+
+sweep = hf_sweep.population("diffusers")
 
 # Images in [0, 1] after two denoising steps and a VAE decode; the device runs the same float32
 # kernels, so differences are rounding (observed ~1e-6).
@@ -37,7 +39,7 @@ IMAGE_TOL = dict(rtol=0.0, atol=1e-4)
 def _one_thread():
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    sweep._quiet()
+    hf_sweep.quiet(sweep.libraries)
     yield
     torch.set_num_threads(n)
 
@@ -118,11 +120,11 @@ def _explain(r: dict) -> str:
     return f"{r['model']}: {r['status']} at {r['stage']}: {r['reason']}\n  stages: {stages}\n  notes: {r['notes']}"
 
 
-@pytest.mark.parametrize("name", sweep.FAST_MODELS)
+@pytest.mark.parametrize("name", sweep.fast)
 def test_model_matches_cpu(name):
-    r = sweep.check_one_model(name)
+    r = sweep.check_one(name)
     assert r["status"] == "pass", _explain(r)
-    assert r["stages"] == {s: "pass" for s in sweep.STAGES}, _explain(r)  # forward and backward both compared
+    assert r["stages"] == {s: "pass" for s in sweep.stages}, _explain(r)  # forward and backward both compared
     assert r["fallback_ops"] == {}, f"{name} ran ops through the generic fallback: {r['fallback_ops']}"
 
 
@@ -142,31 +144,31 @@ def _frozen_copy(model):
 
 @pytest.mark.parametrize("name", ["FluxTransformer2DModel", "AutoencoderKL"])
 def test_checker_reports_a_wrong_device_result(monkeypatch, name):
-    monkeypatch.setattr(sweep, "_device_copy", _perturbed_copy)
-    r = sweep.check_one_model(name)
+    monkeypatch.setattr(sweep, "device_copy", _perturbed_copy)
+    r = sweep.check_one(name)
     assert r["status"] == "fail" and r["stage"] == "forward", _explain(r)
     assert "differ" in r["reason"], r["reason"]
 
 
 def test_checker_reports_a_missing_gradient(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_copy", _frozen_copy)
-    r = sweep.check_one_model("FluxTransformer2DModel")
+    monkeypatch.setattr(sweep, "device_copy", _frozen_copy)
+    r = sweep.check_one("FluxTransformer2DModel")
     assert r["stages"]["forward"] == "pass", _explain(r)
     assert r["status"] == "fail" and r["stage"] == "backward", _explain(r)
     assert "None on neuron" in r["reason"], r["reason"]
 
 
 def test_checker_reports_a_wrong_gradient(monkeypatch):
-    real = sweep._stage_backward
+    real = sweep.backward
 
-    def backward(model, spec, kwargs):
-        out = real(model, spec, kwargs)
+    def backward(model, kwargs, spec):
+        out = real(model, kwargs, spec)
         if next(model.parameters()).device.type == "neuron":
             out["grads"]["input.hidden_states"] = out["grads"]["input.hidden_states"] * 1.01
         return out
 
-    monkeypatch.setattr(sweep, "_stage_backward", backward)
-    r = sweep.check_one_model("FluxTransformer2DModel")
+    monkeypatch.setattr(sweep, "backward", backward)
+    r = sweep.check_one("FluxTransformer2DModel")
     assert r["status"] == "fail" and r["stage"] == "backward", _explain(r)
     assert "input.hidden_states" in r["reason"], r["reason"]
 
@@ -175,9 +177,9 @@ def test_every_sweep_spec_names_a_model_class():
     import diffusers
 
     for name, spec in sweep.specs().items():
-        cls = sweep._model_class(spec)
+        cls = sweep.model_class(spec)
         assert issubclass(cls, diffusers.ModelMixin), name
-    assert set(sweep.FAST_MODELS) <= set(sweep.specs())
+    assert set(sweep.fast) <= set(sweep.specs())
 
 
 def _record(name, status, stage=None, reason=""):
@@ -200,21 +202,21 @@ def test_report_counts_and_lists_failures(tmp_path):
     assert (s["pass"], s["fail"], s["crash"], s["cpu-unrunnable"], s["runnable"]) == (1, 1, 1, 1, 3)
     meta = {"torch": "t", "diffusers": "d", "transformers": "x", "date": "2000-01-01", "command": "cmd",
             "workers": 2, "timeout": 1, "wall_seconds": 1.0, "models": 4, "unswept": ["ZModel"]}
-    md, js = sweep.write_report(FABRICATED, tmp_path, meta)
+    md, js = sweep.write(FABRICATED, tmp_path, meta)
     text = md.read_text()
     assert "Pass rate: 1 / 3 = 33.3%" in text
     failures = text.split("## Failures")[1].split("## CPU-unrunnable")[0]
     assert "BFail" in failures and "DCrash" in failures and "APass" not in failures
     assert "ZModel" in text.split("not in the sweep")[1]
-    crash = sweep.record_from_outcome(Outcome("FluxTransformer2DModel", "crash", error="died"))
+    crash = sweep.record(Outcome("FluxTransformer2DModel", "crash", error="died"))
     assert crash["status"] == "crash" and crash["class"] == "FluxTransformer2DModel"
 
 
 @pytest.mark.parametrize("records, code", [(FABRICATED[:1] + FABRICATED[2:3], 0), (FABRICATED[:2], 1),
                                            (FABRICATED[:1] + FABRICATED[3:], 1)])
 def test_exit_code(monkeypatch, records, code):
-    monkeypatch.setattr(sweep, "run_sweep", lambda names, workers, timeout: records)
-    assert sweep.main(["--only", "AutoencoderKL", "--no-write"]) == code
+    monkeypatch.setattr(sweep, "run", lambda names, workers, timeout: records)
+    assert hf_sweep.main(["--population", "diffusers", "--only", "AutoencoderKL", "--no-write"]) == code
 
 
 # ---- pipelines ----------------------------------------------------------------------------------
