@@ -1,4 +1,4 @@
-"""Hugging Face model-family coverage: each family of the CI subset (``FAST_ARCHITECTURES``), with
+"""Hugging Face model-family coverage: each family of the CI subset (the population's ``fast`` subset), with
 the task head it is used with, tiny and randomly initialised, must match CPU on neuron: forward
 (every output, loss included), every gradient, the AdamW step, greedy generate for the heads that
 generate text, and the bfloat16 forward. The subset runs through the sweep's own worker pool.
