@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
+.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 bench-estimate coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
 	coverage-diffusers coverage-models examples clean
 
 run: build
@@ -120,3 +120,8 @@ bench-nki: build
 
 bench-fp8: build
 	NEURON_PLATFORM=trn3 $(PY) benchmarks/fp8.py
+
+# torch_neuronx.estimate: a full-size Llama-3-70B training step on 1,024 ranks in <= 60 s and <= 4 GiB
+# (docs/estimate.md).
+bench-estimate: build
+	OMP_NUM_THREADS=1 $(PY) benchmarks/estimate_70b.py

@@ -46,6 +46,13 @@ inline pybind11::dict chip_facts_dict(const neuron::rt::ChipFacts& c) {
   d["link_tbps"] = c.link_tbps;
   d["supports_fp8"] = c.supports_fp8;
   d["supports_mx"] = c.supports_mx;
+  d["instance"] = c.instance_name;
+  d["chips_per_instance"] = c.chips_per_instance;
+  d["link_topology"] = c.link_topology;
+  d["link_dims"] = c.link_dims;
+  d["efa_gbps"] = c.efa_gbps;
+  d["link_latency_us"] = c.link_latency_us;
+  d["efa_latency_us"] = c.efa_latency_us;
   return d;
 }
 

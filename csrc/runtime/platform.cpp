@@ -56,8 +56,29 @@ constexpr ChipFacts nc_v2(Chip chip, const char* name, const char* product) {
       .supports_fp8 = false, .supports_mx = false};
 }
 
-constexpr ChipFacts kTrn1 = nc_v2(Chip::kTrn1, "trn1", "Trainium");
-constexpr ChipFacts kInf2 = nc_v2(Chip::kInf2, "inf2", "Inferentia2");
+// Latencies of one collective step: AWS publishes none. Assumed orders of magnitude for a
+// NeuronLink hop and for an EFA message; every estimate lists them among its assumptions.
+constexpr double kAssumedLinkLatencyUs = 2.0;
+constexpr double kAssumedEfaLatencyUs = 15.0;
+
+constexpr ChipFacts with_instance(ChipFacts c, const char* instance, int chips, const char* topology, int dims,
+                                  double efa_gbps) {
+  c.instance_name = instance;
+  c.chips_per_instance = chips;
+  c.link_topology = topology;
+  c.link_dims = dims;
+  c.efa_gbps = efa_gbps;
+  c.link_latency_us = kAssumedLinkLatencyUs;
+  c.efa_latency_us = efa_gbps > 0 ? kAssumedEfaLatencyUs : 0;
+  return c;
+}
+
+// trn1-arch page: trn1.32xlarge, 16 Trainium, NeuronLink-v2 in a 4-D hypercube, 800 Gbps EFA (trn1n 1,600).
+constexpr ChipFacts kTrn1 = with_instance(nc_v2(Chip::kTrn1, "trn1", "Trainium"), "trn1.32xlarge", 16,
+                                          "4-D hypercube", 4, 800);
+// inf2-arch page: inf2.48xlarge, 12 Inferentia2 on a NeuronLink-v2 ring; no EFA.
+constexpr ChipFacts kInf2 = with_instance(nc_v2(Chip::kInf2, "inf2", "Inferentia2"), "inf2.48xlarge", 12,
+                                          "ring", 1, 0);
 
 constexpr ChipFacts kTrn2{
     .chip = Chip::kTrn2, .name = "trn2", .product = "Trainium2", .core_name = "NeuronCore-v3", .nc_version = 3,
@@ -86,7 +107,11 @@ constexpr ChipFacts kTrn2{
     .dma_tbps = 3.5,                     // chip page
     .link_name = "NeuronLink-v3",
     .link_tbps = 1.28,                   // chip page
-    .supports_fp8 = false, .supports_mx = false};
+    .supports_fp8 = false, .supports_mx = false,
+    // trn2-arch page: trn2.48xlarge, 16 Trainium2 in a 4x4 2-D torus, EFAv3 3,200 Gbps.
+    .instance_name = "trn2.48xlarge", .chips_per_instance = 16, .link_topology = "4x4 2-D torus",
+    .link_dims = 2, .efa_gbps = 3200,
+    .link_latency_us = kAssumedLinkLatencyUs, .efa_latency_us = kAssumedEfaLatencyUs};
 
 constexpr ChipFacts kTrn3{
     .chip = Chip::kTrn3, .name = "trn3", .product = "Trainium3", .core_name = "NeuronCore-v4", .nc_version = 4,
@@ -112,7 +137,12 @@ constexpr ChipFacts kTrn3{
     .dma_tbps = 4.9,                     // chip page
     .link_name = "NeuronLink-v4",
     .link_tbps = 2.56,                   // chip page
-    .supports_fp8 = true, .supports_mx = true};
+    .supports_fp8 = true, .supports_mx = true,
+    // trn3 pages: Trn3 UltraServer of 64 chips with 12,800 Gbps EFA (a 144-chip one has 28,800). The
+    // NeuronLink-v4 topology is not published: modelled as every link usable by any group.
+    .instance_name = "Trn3 UltraServer (64)", .chips_per_instance = 64,
+    .link_topology = "not published (all links usable)", .link_dims = 1, .efa_gbps = 12800,
+    .link_latency_us = kAssumedLinkLatencyUs, .efa_latency_us = kAssumedEfaLatencyUs};
 
 [[noreturn]] void config_fail(const std::string& msg) { throw Error(ErrorCode::kConfig, msg); }
 

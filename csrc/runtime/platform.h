@@ -62,6 +62,16 @@ struct ChipFacts {
   bool supports_fp8;
   bool supports_mx;
 
+  // The instance the chip ships in: how a step estimate maps ranks to chips, links and EFA.
+  const char* instance_name = "";  // the largest single instance (or UltraServer) of the chip
+  int chips_per_instance = 1;
+  const char* link_topology = "";  // how NeuronLink connects the chips of one instance
+  int link_dims = 1;               // dimensions of that topology; a ring along one uses 1/link_dims of link_tbps
+  double efa_gbps = 0;             // EFA between instances, per instance, Gbit/s; 0: no EFA
+  // Per-step latencies of a collective (AWS publishes none: assumed, and said so in every estimate).
+  double link_latency_us = 0;      // one step between chips over NeuronLink (or between cores of a chip)
+  double efa_latency_us = 0;       // one step between instances over EFA
+
   uint64_t sbuf_bytes() const { return static_cast<uint64_t>(partitions) * sbuf_partition_bytes; }
   uint64_t psum_bytes() const { return static_cast<uint64_t>(partitions) * psum_partition_bytes; }
 };

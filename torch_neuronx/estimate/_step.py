@@ -1,0 +1,373 @@
+"""Build the model of one rank and run one step under the recorder.
+
+Full-size mode builds the model on fake tensors (FakeTensorMode: shapes and dtypes, no memory) and
+applies the parallel plan with torch's ``fake`` process group: DTensor tensor parallelism from the
+model's Hugging Face ``tp_plan`` and FSDP2 (``fully_shard``) over the data-parallel mesh dimension,
+traced for rank 0 of the whole world without spawning a process. Record mode runs the same step on
+``neuron`` tensors at the size given. A model built from a config with identical decoder layers is
+traced with one and with two layers; the step of ``n`` layers is the one-layer step plus ``n - 1``
+times the difference (an assumption the report states).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from torch_neuronx.estimate._capture import Op, StepRecorder
+from torch_neuronx.estimate._errors import EstimateError
+
+TASKS = ("train", "prefill", "decode", "generate")
+DTYPES = {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "mxfp8": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The parallel plan: ranks = tp x pp x dp x cp; ep splits experts over the dp x tp ranks."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    fsdp: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    # Mesh dimensions, outermost first: tp innermost keeps a TP group on neighbouring cores.
+    def dims(self) -> list[tuple[str, int]]:
+        return [("pp", self.pp), ("dp", self.dp), ("cp", self.cp), ("tp", self.tp)]
+
+    def stride(self, dim: str) -> int:
+        s = 1
+        for name, size in reversed(self.dims()):
+            if name == dim:
+                return s
+            s *= size
+        raise KeyError(dim)
+
+    def group(self, dim: str) -> tuple[int, ...]:
+        """Rank 0's group along ``dim``."""
+        size = dict(self.dims())[dim]
+        return tuple(i * self.stride(dim) for i in range(size))
+
+
+@dataclass
+class Capture:
+    """One rank's step: ops (with how often the step runs each), memory and what was assumed."""
+
+    ops: list[Op]
+    peak_bytes: int  # per rank: bytes alive at the start + the recorder's peak
+    static_bytes: int  # parameters, inputs and state alive before the step
+    largest: list[tuple[str, int]]  # (description, bytes) of the largest tensors, largest first
+    tokens: int  # tokens the whole job processes per step (global)
+    micro_steps: int  # forward/backward passes per optimizer step on one rank
+    layers: int | None  # decoder layers of the model (None: traced whole)
+    stage_layers: int | None  # decoder layers of one pipeline stage
+    assumptions: list[str] = field(default_factory=list)
+    pp_boundary_bytes: int = 0  # activation sent between pipeline stages per micro-batch
+    param_count: int = 0  # parameters of the whole model
+
+
+# ---- the step -------------------------------------------------------------------------------------
+
+
+def _loss(out: Any) -> torch.Tensor:
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    from torch.utils._pytree import tree_leaves
+
+    floats = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
+              and t.requires_grad]
+    if not floats:
+        raise EstimateError("the model's output has no float tensor that requires grad to build a loss from; "
+                            "use --task prefill for inference")
+    return sum(t.float().sum() for t in floats)
+
+
+def _call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callable | None = None) -> None:
+    """One step under ``rec``: train = forward, backward, AdamW step (phases recorded separately);
+    prefill = one forward without grad; decode = one forward of one token per sequence after an
+    unrecorded prefill that fills the KV cache."""
+    if task == "train":
+        opt = torch.optim.AdamW(_param_groups(model), lr=1e-4, foreach=True)
+        model.train()
+        with rec:
+            rec.phase = "forward"
+            loss = _loss(_call(model, inputs))
+            rec.phase = "backward"
+            loss.backward()
+            rec.phase = "optimizer"
+            opt.step()
+        rec.state_bytes = sum(_storage_bytes(v) for s in opt.state.values() for v in s.values()
+                              if isinstance(v, torch.Tensor))
+        return
+    model.eval()
+    with torch.no_grad():
+        if task == "prefill":
+            with rec:
+                rec.phase = "prefill"
+                _call(model, inputs)
+            return
+        # decode: the prefill that builds the cache is not part of the step
+        out = _call(model, inputs)
+        step_inputs = decode_inputs(out)
+        with rec:
+            rec.phase = "decode"
+            _call(model, step_inputs)
+
+
+def _param_groups(model) -> list[dict]:
+    """Parameters grouped by sharding: foreach kernels cannot mix plain tensors and DTensors (or DTensors
+    of different meshes), so each kind gets its own group, as training scripts with TP do."""
+    groups: dict[tuple, list] = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            mesh = getattr(p, "device_mesh", None)
+            key = (type(p).__name__, id(mesh), tuple(map(str, getattr(p, "placements", ()))))
+            groups.setdefault(key, []).append(p)
+    return [{"params": ps} for ps in groups.values()]
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return t.numel() * t.element_size()
+
+
+# ---- parallel plans on fake process groups --------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_world(plan: Plan, device: str):
+    """torch's ``fake`` process group of ``plan.world`` ranks for rank 0 and its device mesh; the
+    previous default group (if any) is not touched when the plan has one rank."""
+    import torch.distributed as dist
+
+    if plan.world == 1:
+        yield None
+        return
+    if dist.is_initialized():
+        raise EstimateError("a parallel plan is traced on its own fake process group, but this process already "
+                            "has one initialized; call estimate() before init_process_group, or in a fresh process")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), world_size=plan.world, rank=0)
+    try:
+        names, sizes = zip(*plan.dims())
+        yield init_device_mesh(device, sizes, mesh_dim_names=names)
+    finally:
+        dist.destroy_process_group()
+
+
+_STYLE = {"colwise": "ColwiseParallel", "colwise_rep": "ColwiseParallel", "local_colwise": "ColwiseParallel",
+          "rowwise": "RowwiseParallel", "rowwise_rep": "RowwiseParallel", "local_rowwise": "RowwiseParallel"}
+
+
+def hf_tp_plan(model) -> dict[str, str]:
+    """The model's Hugging Face tensor-parallel plan, module pattern -> style, with full module paths."""
+    plan = dict(getattr(model, "_tp_plan", None) or {})
+    base = getattr(model, "base_model_prefix", "")
+    inner = getattr(model, base, None) if base else None
+    cfg_plan = getattr(getattr(model, "config", None), "base_model_tp_plan", None) or {}
+    for k, v in cfg_plan.items():
+        plan[f"{base}.{k}" if inner is not None and inner is not model else k] = v
+    return plan
+
+
+def apply_tp(model, mesh, plan: dict[str, str]) -> None:
+    import fnmatch
+
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    names = [n for n, _ in model.named_modules()]
+    styles = {}
+    for pattern, style in plan.items():
+        if style not in _STYLE:
+            continue  # gather / sequence-parallel / ep styles: left replicated
+        rx = pattern.replace("*", "[0-9]*")
+        for n in names:
+            if fnmatch.fnmatchcase(n, rx):
+                if style == "colwise_rep":
+                    styles[n] = ColwiseParallel(output_layouts=Replicate())
+                elif style == "rowwise_rep":
+                    styles[n] = RowwiseParallel(input_layouts=Replicate())
+                else:
+                    styles[n] = ColwiseParallel() if style.endswith("colwise") else RowwiseParallel()
+    if not styles:
+        raise EstimateError("--tp > 1 needs a tensor-parallel plan: the model has no Hugging Face tp_plan "
+                            "(config.base_model_tp_plan); use a module:function entry point that applies its own "
+                            "plan, or --tp 1")
+    parallelize_module(model, mesh, styles)
+
+
+def apply_fsdp(model, mesh) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in decoder_layers(model) or []:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def decoder_layers(model):
+    """The model's repeated blocks (an nn.ModuleList of decoder layers), or None."""
+    for name in ("layers", "h", "blocks", "transformer_blocks", "block"):
+        for mod in (model, getattr(model, getattr(model, "base_model_prefix", ""), None)):
+            lst = getattr(mod, name, None) if mod is not None else None
+            if isinstance(lst, torch.nn.ModuleList) and len(lst):
+                return lst
+    return None
+
+
+# ---- models of a config ---------------------------------------------------------------------------
+
+
+def text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def check_plan(config, plan: Plan, task: str) -> list[str]:
+    """Errors for a plan that does not divide the model; returns the notes of adjustments made."""
+    notes = []
+    t = text_config(config)
+    heads = getattr(t, "num_attention_heads", None)
+    kv = getattr(t, "num_key_value_heads", None) or heads
+    layers = getattr(t, "num_hidden_layers", None)
+    if plan.tp > 1 and heads is not None:
+        if heads % plan.tp:
+            raise EstimateError(f"--tp {plan.tp} does not divide the model's {heads} attention heads; choose a tp "
+                                f"that divides {heads} (e.g. {', '.join(str(d) for d in _divisors(heads) if d > 1)})")
+        if kv % plan.tp:
+            if plan.tp % kv:
+                raise EstimateError(f"--tp {plan.tp} and the model's {kv} key-value heads: tp must divide them or be "
+                                    f"a multiple of them (KV heads are then replicated)")
+            notes.append(f"{kv} KV heads replicated to the TP degree {plan.tp} (one KV head per rank), as "
+                         "NeuronX Distributed does for GQA")
+    if plan.pp > 1 and layers is not None and layers % plan.pp:
+        raise EstimateError(f"--pp {plan.pp} does not divide the model's {layers} layers; choose a pp that divides "
+                            f"{layers}")
+    if plan.pp > 1 and task != "train":
+        notes.append("inference with --pp: stages run one after another for one batch (no micro-batch overlap)")
+    if plan.ep > 1:
+        experts = getattr(t, "num_experts", None) or getattr(t, "num_local_experts", None)
+        if not experts:
+            raise EstimateError(f"--ep {plan.ep} needs a mixture-of-experts model; this config has no experts")
+        if experts % plan.ep:
+            raise EstimateError(f"--ep {plan.ep} does not divide the model's {experts} experts")
+        if (plan.dp * plan.tp) % plan.ep:
+            raise EstimateError(f"--ep {plan.ep} must divide dp x tp = {plan.dp * plan.tp} (experts are split over "
+                                "those ranks)")
+    return notes
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0][:8]
+
+
+def build_hf(config, layers: int, plan: Plan, dtype: torch.dtype, fake_mode):
+    """The model of ``config`` with ``layers`` decoder layers, its KV heads replicated up to tp when the
+    plan asks for it, built under ``fake_mode`` (or really, when None)."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    cfg = copy.deepcopy(config)
+    t = text_config(cfg)
+    if getattr(t, "num_hidden_layers", None) is not None:
+        t.num_hidden_layers = layers
+        if getattr(t, "layer_types", None):
+            t.layer_types = list(t.layer_types)[:layers]
+    kv = getattr(t, "num_key_value_heads", None)
+    if kv and plan.tp > kv:
+        t.num_key_value_heads = plan.tp
+    for c in {id(cfg): cfg, id(t): t}.values():
+        c._attn_implementation = "sdpa"
+        c.use_cache = True
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+            try:
+                return AutoModelForCausalLM.from_config(cfg)
+            except ValueError:
+                return AutoModel.from_config(cfg)
+    finally:
+        torch.set_default_dtype(old)
+
+
+def to_fake(model, fake_mode):
+    """``model`` with every parameter and buffer a fake tensor of the same shape (nothing copied)."""
+    model = copy.deepcopy(model) if not any(p.is_meta for p in model.parameters()) else model
+    with fake_mode:
+        for mod in model.modules():
+            for name, p in list(mod._parameters.items()):
+                if p is not None:
+                    mod._parameters[name] = torch.nn.Parameter(
+                        torch.empty_strided(p.shape, p.stride(), dtype=p.dtype), requires_grad=p.requires_grad)
+            for name, b in list(mod._buffers.items()):
+                if b is not None:
+                    mod._buffers[name] = fake_mode.from_tensor(b) if not b.is_meta else \
+                        torch.empty_strided(b.shape, b.stride(), dtype=b.dtype)
+    return model
+
+
+def fake_inputs(inputs, fake_mode):
+    from torch.utils._pytree import tree_map
+
+    def conv(x):
+        if isinstance(x, torch.Tensor) and not isinstance(x, torch._subclasses.FakeTensor):
+            if x.is_meta:
+                with fake_mode:
+                    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+            return fake_mode.from_tensor(x)
+        return x
+
+    return tree_map(conv, inputs)
+
+
+def token_inputs(vocab: int, batch: int, seq: int, device, labels: bool):
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+    d = {"input_ids": ids}
+    if labels:
+        d["labels"] = ids.clone()
+    return d
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def total_params(config) -> int | None:
+    """Parameters of the whole model (from a meta build of the config), or None."""
+    try:
+        from transformers import AutoModel, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            try:
+                m = AutoModelForCausalLM.from_config(config)
+            except ValueError:
+                m = AutoModel.from_config(config)
+        return sum(p.numel() for p in m.parameters())
+    except Exception:  # noqa: BLE001 - a count for the report only
+        return None
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and math.log2(n).is_integer()
