@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -58,11 +59,9 @@ def _classify(x):
             raise TypeError(f"numpy arrays of dtype {name} cannot be passed to an NKI kernel; NKI has no 64-bit "
                             "types: convert to float32/int32 first")
         return _Arg(x, "numpy", _NUMPY_DTYPES[name], tuple(x.shape))
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return None
-    if isinstance(x, torch.Tensor):
+    # A torch tensor means torch is loaded: `import nki` and numpy kernels never load it.
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
         try:
             dt = normalize_dtype(x.dtype)
         except TypeError:

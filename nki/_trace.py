@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Sequence
 
-from torch_neuronx._C import _nki as _core
+from . import _core  # the C++ core (csrc/python/nki_core.cpp); links no torch
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 

@@ -49,6 +49,19 @@ _check_torch_version()
 
 from torch_neuronx import _C  # noqa: E402
 
+
+def _share_thread_pool() -> None:
+    # The NKI core (nki._core, which links no torch) runs large tiles on torch's intra-op pool:
+    # one pool per process. Imported after this, nki._core takes the pool itself.
+    import sys
+
+    nki_core = sys.modules.get("nki._core")
+    if nki_core is not None:
+        nki_core.set_parallel_for(_C._parallel_for)
+
+
+_share_thread_pool()
+
 _registered = False
 
 

@@ -1,5 +1,6 @@
 // torch_neuronx._C: the Python surface of the runtime and the ATen layer. The
 // torch.neuron module (torch_neuronx/neuron) is a thin Python layer over these.
+#include <ATen/Parallel.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Generator.h>
@@ -21,7 +22,6 @@ using namespace torch_neuronx;
 
 namespace torch_neuronx {
 void register_distributed(py::module_& parent);
-void register_nki(py::module_& parent);
 }
 
 namespace {
@@ -86,11 +86,17 @@ void drain_autograd_workers(int count) {
   if (err) std::rethrow_exception(err);
 }
 
+// torch's intra-op pool as a C function for the NKI core (nki._core links no torch): it calls
+// body(ctx, begin, end) on ranges covering [0, n). Handed over as a capsule (_parallel_for).
+void intra_op_parallel_for(int64_t n, void (*body)(void*, int64_t, int64_t), void* ctx) {
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { body(ctx, begin, end); });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   register_distributed(m);
-  register_nki(m);
+  m.attr("_parallel_for") = py::capsule(reinterpret_cast<void*>(&intra_op_parallel_for), "neuron.parallel_for");
   static const int cpu_preferred_ops = register_cpu_kernel_preference();
   m.attr("_cpu_preferred_ops") = cpu_preferred_ops;
   m.doc() = "torch-neuronx native core";

@@ -1,11 +1,14 @@
-// torch_neuronx._C._nki: the NKI simulator's C++ core (csrc/nki) for the Python front-end
-// (nki/). The front-end records a traced kernel into a KernelBuilder; build() verifies it and
-// returns a Program, which runs on raw memory addresses (numpy buffers or neuron tensors).
-#include <ATen/Parallel.h>
+// nki._core: the NKI simulator's C++ core (csrc/nki) for the Python front-end (nki/). The
+// front-end records a traced kernel into a KernelBuilder; build() verifies it and returns a
+// Program, which runs on raw memory addresses (numpy buffers or neuron tensors). An extension of
+// its own that links no torch (CMakeLists.txt), so `import nki` loads neither torch nor the device.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -32,14 +35,56 @@ struct KernelBuilder {
   Kernel k;
 };
 
+// A host thread pool as a C function: pool(n, body, ctx) calls body(ctx, begin, end) on ranges
+// covering [0, n). torch_neuronx._C._parallel_for is torch's intra-op pool behind a capsule of
+// this name; installed, large tiles run there (one pool per process: no oversubscription).
+// Without one the executor runs serially.
+using HostPool = void (*)(int64_t, void (*)(void*, int64_t, int64_t), void*);
+constexpr const char* kPoolCapsule = "neuron.parallel_for";
+std::atomic<HostPool> g_pool{nullptr};
+
+// One call of the executor's body through the pool: no exception crosses into the pool's module;
+// the first one is rethrown here once every range has run.
+struct PoolCall {
+  const std::function<void(int64_t, int64_t)>* body;
+  std::exception_ptr error;
+  std::mutex mu;
+};
+
+void pool_body(void* ctx, int64_t begin, int64_t end) noexcept {
+  auto* call = static_cast<PoolCall*>(ctx);
+  try {
+    (*call->body)(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(call->mu);
+    if (!call->error) call->error = std::current_exception();
+  }
+}
+
+void set_host_pool(py::object capsule) {
+  if (capsule.is_none()) return g_pool.store(nullptr);
+  if (!PyCapsule_IsValid(capsule.ptr(), kPoolCapsule))
+    throw py::type_error(std::string("set_parallel_for takes a '") + kPoolCapsule + "' capsule or None");
+  g_pool.store(reinterpret_cast<HostPool>(PyCapsule_GetPointer(capsule.ptr(), kPoolCapsule)));
+}
+
 }  // namespace
 
-void register_nki(py::module_& parent) {
-  py::module_ m = parent.def_submodule("_nki", "The NKI simulator core");
-  // Large tiles run on torch's intra-op thread pool (one pool per process: no oversubscription).
+void register_nki(py::module_& m) {
   neuron::nki::set_parallel_for([](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(0, n, 1, body);
+    HostPool pool = g_pool.load();
+    if (pool == nullptr) return body(0, n);
+    PoolCall call{&body, nullptr, {}};
+    pool(n, &pool_body, &call);
+    if (call.error) std::rethrow_exception(call.error);
   });
+  m.def("set_parallel_for", &set_host_pool, py::arg("pool"),
+        "Runs large tiles on a host thread pool (a 'neuron.parallel_for' capsule; None: serially). "
+        "torch_neuronx installs torch's intra-op pool.");
+  m.def("_has_parallel_for", [] { return g_pool.load() != nullptr; });
+  // Imported after torch_neuronx: take its pool now (torch_neuronx installs it when imported later).
+  py::object tnx = py::module_::import("sys").attr("modules").attr("get")("torch_neuronx._C");
+  if (!tnx.is_none() && py::hasattr(tnx, "_parallel_for")) set_host_pool(tnx.attr("_parallel_for"));
   // The target's name from NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_PLATFORM (runtime/platform.h
   // parses them) and a target's facts, which nl.tile_size reads.
   m.def("target_from_env", [] {
@@ -158,3 +203,8 @@ void register_nki(py::module_& parent) {
 }
 
 }  // namespace torch_neuronx
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The NKI simulator core (no torch)";
+  torch_neuronx::register_nki(m);
+}

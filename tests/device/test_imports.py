@@ -2,25 +2,30 @@
 
 Built statically (ast), so it sees every module, also those a test run never imports.
 An import is *module-level* when it runs while its module is being imported: at the top, or
-inside a top-level if/try/with or a class body. One inside a function runs on first call,
-after every module is loaded: that is how a module may use another that uses it, and it is
-counted separately. A circle through module-level imports is the defect: whether it works
-depends on which module is imported first, and a name read before its module has finished
-loading is an ImportError (or a half-built module) far from the cause. Imports under
-``if TYPE_CHECKING:`` never run and are ignored.
+inside a top-level if/try/with or a class body; one inside a function runs on first call.
+Imports under ``if TYPE_CHECKING:`` never run and are ignored. An edge goes to the most specific
+module an import names (``from pkg import sub`` is an edge to ``pkg.sub``), not to the packages
+above it.
 
-An edge goes to the most specific module an import names (``from pkg import sub`` is an edge
-to ``pkg.sub``), not to the packages above it: a package's ``__init__`` importing its
-submodules, which are then imported by name from elsewhere, is not a circle.
+Both kinds of circle are forbidden, and reported separately:
+- through module-level imports only: whether it loads depends on which module is imported
+  first, and a name read from a half-loaded module fails far from the cause;
+- closed by a function-level import: it loads, but the two modules depend on each other, so the
+  piece both need lives in the wrong one (move it to a module both import).
+A function-level import of a package the module itself lives in (``import torch_neuronx`` for
+``__version__`` inside torch_neuronx.compile) is no edge: Python loads a module's packages first.
 """
 
 import ast
+import collections
 from pathlib import Path
 
 import pytest
 
 _REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 _PACKAGES = ("torch_neuronx", "nki")
+# The compiled modules (CMakeLists.txt): leaves of the graph, imported by name like any submodule.
+_EXTENSIONS = {"torch_neuronx._C", "nki._core"}
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -57,7 +62,7 @@ def _imports(name: str, path: Path, is_pkg: bool, known) -> list[tuple[str, int,
                     module = child.module
                 for a in child.names:
                     sub = f"{module}.{a.name}"
-                    found.append((sub if sub in known else module, child.lineno, lazy))
+                    found.append((sub if sub in known or sub in _EXTENSIONS else module, child.lineno, lazy))
             visit(child, lazy)
 
     visit(ast.parse(path.read_text(), str(path)), False)
@@ -70,6 +75,8 @@ def _graph(lazy: bool) -> dict[str, dict[str, int]]:
     graph = {n: {} for n in known}
     for name, (path, is_pkg) in known.items():
         for target, line, is_lazy in _imports(name, path, is_pkg, known):
+            if is_lazy and name.startswith(target + "."):
+                continue  # a package its module lives in is loaded before the module runs
             if lazy or not is_lazy:
                 graph[name].setdefault(target, line)
     return graph
@@ -106,24 +113,16 @@ def _circles(graph) -> list[list[str]]:
     circles = []
     for scc in sccs:
         start = min(scc)
-        paths, seen = {start: [start]}, {start}  # breadth-first: the shortest way back to start
-        frontier = [start]
-        while frontier and len(circles) < len(sccs):
-            nxt = []
-            for v in frontier:
-                for w in sorted(graph[v]):
-                    if w == start:
-                        circles.append(paths[v] + [start])
-                        nxt = []
-                        break
-                    if w in scc and w not in seen:
-                        seen.add(w)
-                        paths[w] = paths[v] + [w]
-                        nxt.append(w)
-                else:
-                    continue
+        paths, queue = {start: [start]}, collections.deque([start])
+        while queue:  # breadth-first: the first module found with an edge back closes the shortest circle
+            v = queue.popleft()
+            if start in graph[v]:
+                circles.append(paths[v] + [start])
                 break
-            frontier = nxt
+            for w in sorted(graph[v]):
+                if w in scc and w not in paths:
+                    paths[w] = paths[v] + [w]
+                    queue.append(w)
     return circles
 
 
@@ -133,16 +132,20 @@ def _describe(graph, circle) -> str:
 
 def test_graph_sees_the_packages():
     graph = _graph(lazy=True)
-    # the walk finds modules of both packages, and edges of both kinds
     assert "torch_neuronx.compile._backend" in graph and "nki.language" in graph
     assert "nki._trace" in graph["nki._jit"]  # module-level
-    assert not _circles({"a": {"b": 1}, "b": {}}) and _circles({"a": {"b": 1}, "b": {"a": 2}}) == [["a", "b", "a"]]
+    assert "torch_neuronx.compile._artifacts" in graph["torch_neuronx.compile._backend"]  # in a function
+    assert "torch_neuronx.compile._artifacts" not in _graph(lazy=False)["torch_neuronx.compile._backend"]
+    assert "torch_neuronx._C" not in graph["torch_neuronx._multiprocessing"]  # extensions are leaves
+    assert not _circles({"a": {"b": 1}, "b": {}})
+    assert _circles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "b": 4}}) == [["a", "b", "c", "a"]]
 
 
 @pytest.mark.parametrize("package", _PACKAGES)
-def test_no_import_circles(package):
-    graph = _graph(lazy=False)
+@pytest.mark.parametrize("kind", ["module-level", "function-level"])
+def test_no_import_circles(package, kind):
+    graph = _graph(lazy=kind == "function-level")
     circles = [c for c in _circles(graph) if c[0].split(".")[0] == package]
-    assert not circles, f"module-level import circles in {package}/ (break one edge: move the shared piece " \
-        "to the module both use, or import inside the function that needs it):\n" + \
-        "\n".join(_describe(graph, c) for c in circles)
+    assert not circles, (
+        f"import circles in {package}/ through {kind} imports (break one edge: move what both need to a "
+        "module both import):\n" + "\n".join(_describe(graph, c) for c in circles))
