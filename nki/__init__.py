@@ -8,9 +8,10 @@ in C++ on simulated HBM/SBUF/PSUM. See docs/nki.md.
 """
 
 from . import isa, language, typing
-from ._jit import Kernel, jit, simulate
+from ._jit import Kernel, TensorSpec, jit, simulate
 from ._trace import NkiTensor, NkiValidationError
+from ._estimate import benchmark, estimate  # modelled latency, no hardware (docs/estimate.md)
 
 dtype = language.DType  # NKI dtypes are strings ("float32", "bfloat16", ...); the type for annotations
 
-__all__ = ["jit", "simulate", "Kernel", "NkiTensor", "NkiValidationError", "isa", "language", "typing", "dtype"]
+__all__ = ["jit", "simulate", "estimate", "benchmark", "TensorSpec", "Kernel", "NkiTensor", "NkiValidationError", "isa", "language", "typing", "dtype"]

@@ -48,7 +48,18 @@ class _Arg:
         return self.value.device if self.kind == "torch" else None
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument by shape and NKI dtype only, for nki.estimate / nki.benchmark: traced and
+    modelled, never run."""
+
+    shape: tuple
+    dtype: str
+
+
 def _classify(x):
+    if isinstance(x, TensorSpec):
+        return _Arg(x, "spec", x.dtype, tuple(x.shape))
     try:
         import numpy as np
     except ImportError:  # pragma: no cover
