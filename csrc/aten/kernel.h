@@ -116,7 +116,7 @@ class KernelCall {
   DeviceActivityScope activity_;  // last: reports the span once everything else is done
 };
 
-// ---- 16-bit float products (matmul.cpp, ops.cpp convolution) ----------------------------
+// ---- 16-bit float convolutions (ops.cpp; matrix products: cpu/gemm.h via matmul.cpp) ------
 // Trainium's PE array multiplies bf16/fp16 operands exactly and accumulates in fp32 (PSUM);
 // the result is rounded once when it leaves. ATen's CPU kernels compute the same numbers, with
 // oneDNN where the host has 16-bit GEMMs (AVX-512), and with scalar loops, tens of times slower

@@ -12,9 +12,9 @@
 // the thread count), so results are deterministic; they may differ from the BLAS's in the last
 // bits, as two BLAS libraries do.
 //
-// bf16 and fp16 products: exact products of the 16-bit operands, accumulated in fp32 (PSUM),
-// rounded once to the result's dtype, in fp32 kernels on hosts without fast 16-bit ones
-// (widens in kernel.h).
+// bf16 and fp16 products (mm, addmm, bmm, baddbmm and their out= / in-place forms) run on the
+// device's GEMM (cpu/gemm.h): exact products of the 16-bit operands accumulated in fp32 (PSUM),
+// scaled and biased in fp32, rounded once to the result's dtype, on every host.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
@@ -30,8 +30,10 @@
 #include <vector>
 
 #include "aten/kernel.h"
+#include "cpu/gemm.h"
 
 namespace torch_neuronx {
+namespace cpu = neuron::cpu;
 namespace {
 
 using at::Tensor;
@@ -221,7 +223,7 @@ bool host_has_16bit_gemm(c10::ScalarType dtype) {
 
 namespace {
 
-// out= and in-place forms of a widened product: the functional result, rounded into `out`.
+// out= and in-place forms of a 16-bit product: the functional result, copied into `out`.
 // Computed in full before writing, so `out` may overlap the operands.
 Tensor& store(Tensor& out, const Tensor& result) {
   at::native::resize_output(out, result.sizes());
@@ -229,12 +231,87 @@ Tensor& store(Tensor& out, const Tensor& result) {
   return out;
 }
 
+// ---- 16-bit products on the device's GEMM ------------------------------------------------
+
+// True when every defined tensor is bf16, or every one is fp16 (mixed dtypes take ATen's kernel,
+// which keeps its type checks and messages).
+bool same_16bit(std::initializer_list<const Tensor*> tensors) {
+  std::optional<c10::ScalarType> dtype;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    const c10::ScalarType s = t->scalar_type();
+    if ((s != at::kBFloat16 && s != at::kHalf) || (dtype && *dtype != s)) return false;
+    if (t->layout() != at::kStrided || t->is_neg() || t->is_conj()) return false;
+    dtype = s;
+  }
+  return dtype.has_value();
+}
+
+cpu::MatrixRef matrix_ref(const Tensor& t) {
+  return {t.const_data_ptr(), t.scalar_type() == at::kBFloat16 ? cpu::Dtype::kBFloat16 : cpu::Dtype::kFloat16,
+          t.stride(0), t.stride(1)};
+}
+
+const cpu::ParallelFor& aten_parallel() {
+  static const cpu::ParallelFor f = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    at::parallel_for(0, n, 1, body);
+  };
+  return f;
+}
+
+// a [M, K] @ b [K, N], or batched [B, M, K] @ [B, K, N], in fp32 (contiguous); nullopt when the
+// shapes do not multiply (ATen's kernel then raises its own error).
+std::optional<Tensor> gemm_f32(const Tensor& a, const Tensor& b) {
+  const int64_t d = a.dim();
+  if (!((d == 2 || d == 3) && b.dim() == d) || a.size(-1) != b.size(-2) || (d == 3 && a.size(0) != b.size(0))) {
+    return std::nullopt;
+  }
+  const int64_t B = d == 3 ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Tensor out = at::empty(d == 3 ? std::vector<int64_t>{B, M, N} : std::vector<int64_t>{M, N},
+                         a.options().dtype(at::kFloat));
+  if (out.numel() == 0) return out;
+  float* c = out.mutable_data_ptr<float>();
+  const cpu::GemmOptions serial = cpu::default_gemm_options();
+  const cpu::GemmOptions threaded = cpu::default_gemm_options(&aten_parallel());
+  auto one = [&](int64_t i, const cpu::GemmOptions& o) {
+    cpu::gemm(M, N, K, matrix_ref(d == 3 ? a[i] : a), matrix_ref(d == 3 ? b[i] : b), c + i * M * N, N, o);
+  };
+  if (B > 1 && M * N * K < (int64_t{1} << 20)) {  // small products: threads over the batch
+    at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) one(i, serial);
+    });
+  } else {
+    for (int64_t i = 0; i < B; ++i) one(i, threaded);
+  }
+  return out;
+}
+
+// beta * self + alpha * (a @ b) in fp32, rounded once to a's dtype; nullopt when the shapes do
+// not fit (self must broadcast to the product, as ATen requires).
+std::optional<Tensor> product16(const Tensor* self, const Tensor& a, const Tensor& b, const at::Scalar& beta,
+                                const at::Scalar& alpha) {
+  std::optional<Tensor> r = gemm_f32(a, b);
+  if (!r) return std::nullopt;
+  if (self && self->defined()) {
+    if (self->dim() > r->dim()) return std::nullopt;
+    for (int64_t i = 1; i <= self->dim(); ++i) {
+      if (self->size(-i) != 1 && self->size(-i) != r->size(-i)) return std::nullopt;
+    }
+  }
+  const float al = alpha.to<float>(), be = beta.to<float>();
+  if (al != 1.0f) r->mul_(al);
+  if (self && self->defined() && be != 0.0f) r->add_(*self, be);  // beta == 0 ignores self, as BLAS does
+  return r->to(a.scalar_type());
+}
+
 // Each op is ATen's with its CPU redispatch replaced where the path applies; NeuronKernel
 // (kernel.h) does the rest (aliases, device checks, counting, profiling) as for any op.
 struct Mm : at::_ops::mm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
     check_fp8_compute("mm", {&a, &b});
-    if (widens({&a, &b})) return narrow(redispatch(ks, widen(a), widen(b)), a);
+    if (same_16bit({&a, &b})) {
+      if (auto r = product16(nullptr, a, b, 0, 1)) return *r;
+    }
     if (auto p = plan(a, b)) {
       Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
@@ -247,7 +324,9 @@ struct Mm : at::_ops::mm {
 struct MmOut : at::_ops::mm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
     check_fp8_compute("mm", {&a, &b});
-    if (widens({&a, &b, &out})) return store(out, Mm::redispatch(ks, widen(a), widen(b)));
+    if (same_16bit({&a, &b, &out})) {
+      if (auto r = product16(nullptr, a, b, 0, 1)) return store(out, *r);
+    }
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&a, &b})) {
       p->run(out.mutable_data_ptr<float>(), p->along(out), nullptr, 0, 1.0f, 0.0f);
       return out;
@@ -260,7 +339,9 @@ struct Addmm : at::_ops::addmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                            const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("addmm", {&a, &b});
-    if (widens({&self, &a, &b})) return narrow(redispatch(ks, widen(self), widen(a), widen(b), beta, alpha), a);
+    if (same_16bit({&self, &a, &b})) {
+      if (auto r = product16(&self, a, b, beta, alpha)) return *r;
+    }
     if (auto p = plan(a, b)) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
         Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
@@ -277,8 +358,8 @@ struct AddmmOut : at::_ops::addmm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                             const at::Scalar& beta, const at::Scalar& alpha, Tensor& out) {
     check_fp8_compute("addmm", {&a, &b});
-    if (widens({&self, &a, &b, &out})) {
-      return store(out, Addmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+    if (same_16bit({&self, &a, &b, &out})) {
+      if (auto r = product16(&self, a, b, beta, alpha)) return store(out, *r);
     }
     if (auto p = plan(a, b); p && writable_out(out, a.size(0), b.size(1), {&self, &a, &b})) {
       if (auto bias = bias_of(self, *p, a.size(0), b.size(1))) {
@@ -296,19 +377,22 @@ struct AddmmInplace : at::_ops::addmm_ {
   static Tensor& redispatch(c10::DispatchKeySet ks, Tensor& self, const Tensor& a, const Tensor& b,
                             const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("addmm_", {&a, &b});
-    if (widens({&self, &a, &b}) && a.dim() == 2 && b.dim() == 2 && self.dim() == 2 && self.size(0) == a.size(0) &&
+    if (same_16bit({&self, &a, &b}) && a.dim() == 2 && b.dim() == 2 && self.dim() == 2 && self.size(0) == a.size(0) &&
         self.size(1) == b.size(1)) {
-      return store(self, Addmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+      if (auto r = product16(&self, a, b, beta, alpha)) return store(self, *r);
     }
     return at::_ops::addmm_::redispatch(ks, self, a, b, beta, alpha);
   }
 };
 
-// Batched products: ATen's kernels (widened for 16-bit floats), behind the FP8 platform gate.
+// Batched products: the device's GEMM for 16-bit floats, else ATen's kernels; behind the FP8
+// platform gate.
 struct Bmm : at::_ops::bmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b) {
     check_fp8_compute("bmm", {&a, &b});
-    if (widens({&a, &b})) return narrow(at::_ops::bmm::redispatch(ks, widen(a), widen(b)), a);
+    if (same_16bit({&a, &b})) {
+      if (auto r = product16(nullptr, a, b, 0, 1)) return *r;
+    }
     return at::_ops::bmm::redispatch(ks, a, b);
   }
 };
@@ -316,7 +400,9 @@ struct Bmm : at::_ops::bmm {
 struct BmmOut : at::_ops::bmm_out {
   static Tensor& redispatch(c10::DispatchKeySet ks, const Tensor& a, const Tensor& b, Tensor& out) {
     check_fp8_compute("bmm", {&a, &b});
-    if (widens({&a, &b, &out})) return store(out, at::_ops::bmm::redispatch(ks, widen(a), widen(b)));
+    if (same_16bit({&a, &b, &out})) {
+      if (auto r = product16(nullptr, a, b, 0, 1)) return store(out, *r);
+    }
     return at::_ops::bmm_out::redispatch(ks, a, b, out);
   }
 };
@@ -325,8 +411,8 @@ struct Baddbmm : at::_ops::baddbmm {
   static Tensor redispatch(c10::DispatchKeySet ks, const Tensor& self, const Tensor& a, const Tensor& b,
                            const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("baddbmm", {&a, &b});
-    if (widens({&self, &a, &b})) {
-      return narrow(at::_ops::baddbmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha), a);
+    if (same_16bit({&self, &a, &b})) {
+      if (auto r = product16(&self, a, b, beta, alpha)) return *r;
     }
     return at::_ops::baddbmm::redispatch(ks, self, a, b, beta, alpha);
   }
@@ -336,9 +422,9 @@ struct BaddbmmInplace : at::_ops::baddbmm_ {
   static Tensor& redispatch(c10::DispatchKeySet ks, Tensor& self, const Tensor& a, const Tensor& b,
                             const at::Scalar& beta, const at::Scalar& alpha) {
     check_fp8_compute("baddbmm_", {&a, &b});
-    if (widens({&self, &a, &b}) && a.dim() == 3 && b.dim() == 3 && self.dim() == 3 && self.size(0) == a.size(0) &&
+    if (same_16bit({&self, &a, &b}) && a.dim() == 3 && b.dim() == 3 && self.dim() == 3 && self.size(0) == a.size(0) &&
         self.size(1) == a.size(1) && self.size(2) == b.size(2)) {
-      return store(self, at::_ops::baddbmm::redispatch(ks, widen(self), widen(a), widen(b), beta, alpha));
+      if (auto r = product16(&self, a, b, beta, alpha)) return store(self, *r);
     }
     return at::_ops::baddbmm_::redispatch(ks, self, a, b, beta, alpha);
   }

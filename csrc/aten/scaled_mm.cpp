@@ -8,10 +8,9 @@
 // a power of two, are exact in bf16 and fp32), multiplied with fp32 accumulation (the Tensor
 // engine's), and the tensor-wise / row-wise scales and the bias are applied to the fp32 sums in
 // float64 before the one rounding to out_dtype (through round-to-odd, so it is one rounding).
-// On hosts with AVX512-BF16 the operands are decoded straight into the packed panels of the
-// device's bf16 GEMM (cpu/gemm_bf16.h) and each finished tile gets its epilogue while in cache;
-// elsewhere (and for MX scales so extreme that a scaled value would leave bf16's normal range)
-// the decoded fp32 operands go through ATen's fp32 GEMM.
+// The operands are decoded to bf16 (fp32 for MX scales so extreme that a scaled value would leave
+// bf16's normal range) and multiplied on the device's GEMM (cpu/gemm.h), which uses the host's
+// BF16 dot products where it has them.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/_scaled_grouped_mm_ops.h>
@@ -28,7 +27,7 @@
 
 #include "aten/kernel.h"
 #include "aten/neuron.h"
-#include "cpu/gemm_bf16.h"
+#include "cpu/gemm.h"
 #include "runtime/platform.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -137,21 +136,28 @@ const Fp8Tables& tables() {
   return t;
 }
 
-// x [R, C] (FP8, any strides) -> fp32 [R, C], exactly; with MX scales, element (i, j) is
-// multiplied by 2^e of block scale(i, j) (still exact: a power of two).
-template <class ScaleOf>
-Tensor decode_f32(const Tensor& x, ScaleOf scale_of, bool scaled) {
+// x [R, C] (FP8, any strides) -> Out (float or bf16) [R, C], exactly; with MX scales, element
+// (i, j) is multiplied by 2^e of block scale(i, j) (still exact: a power of two; for bf16 the
+// caller checked mx_fits_bf16).
+template <class Out, class ScaleOf>
+Tensor decode(const Tensor& x, ScaleOf scale_of, bool scaled) {
   const int64_t R = x.size(0), C = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
-  const float* tab = x.scalar_type() == at::kFloat8_e5m2 ? tables().e5m2 : tables().e4m3fn;
+  const bool e5m2 = x.scalar_type() == at::kFloat8_e5m2;
+  const float* tab = e5m2 ? tables().e5m2 : tables().e4m3fn;
+  const uint16_t* bf = e5m2 ? tables().e5m2_bf16 : tables().e4m3fn_bf16;
   const uint8_t* src = reinterpret_cast<const uint8_t*>(x.const_data_ptr());
-  Tensor out = at::empty({R, C}, x.options().dtype(at::kFloat));
-  float* dst = out.mutable_data_ptr<float>();
+  Tensor out = at::empty({R, C}, x.options().dtype(c10::CppTypeToScalarType<Out>::value));
+  Out* dst = out.mutable_data_ptr<Out>();
   at::parallel_for(0, R, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       for (int64_t j = 0; j < C; ++j) {
-        float v = tab[src[i * s0 + j * s1]];
-        if (scaled) v *= scale_of(i, j);
-        dst[i * C + j] = v;
+        const uint8_t code = src[i * s0 + j * s1];
+        if constexpr (std::is_same_v<Out, c10::BFloat16>) {
+          dst[i * C + j] = scaled ? c10::BFloat16(tab[code] * scale_of(i, j))
+                                  : c10::BFloat16(bf[code], c10::BFloat16::from_bits());
+        } else {
+          dst[i * C + j] = scaled ? tab[code] * scale_of(i, j) : tab[code];
+        }
       }
     }
   });
@@ -225,7 +231,7 @@ void epilogue_block(T* out, int64_t ldo, const float* acc, int64_t lda, int64_t 
                     double clamp) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
-    if (clamp == 0 && neuron::cpu::has_avx512_bf16()) {
+    if (clamp == 0 && neuron::cpu::gemm_path() == neuron::cpu::GemmPath::kAvx512Bf16) {
       for (int64_t i = 0; i < rows; ++i) {
         epilogue_row_avx512(out + i * ldo, acc + i * lda, cols, sa[i * sa_step], sb, sb_step, bias);
       }
@@ -235,86 +241,6 @@ void epilogue_block(T* out, int64_t ldo, const float* acc, int64_t lda, int64_t 
 #endif
   for (int64_t i = 0; i < rows; ++i) {
     epilogue_row(out + i * ldo, acc + i * lda, cols, sa[i * sa_step], sb, sb_step, bias, clamp);
-  }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// FP8 codes [k0, k1) of one row (contiguous; k0 a multiple of 32) -> bf16, 32 at a time, as
-// (k even, k odd) pair words into dst. The magnitude bits index a 128-entry table (four
-// registers of 32), the sign is copied; an MX scale 2^e adds e to the exponent of finite non-zero
-// values (exact: they stay normal, see mx_fits_bf16). Codes past K (odd K's pad) are zero.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void decode_row_avx512(const uint16_t* bf, const uint8_t* row,
-                                                                            int64_t K, int64_t k0, int64_t k1,
-                                                                            const uint8_t* mx_row, uint32_t* dst) {
-  const __m512i t0 = _mm512_loadu_si512(bf), t1 = _mm512_loadu_si512(bf + 32), t2 = _mm512_loadu_si512(bf + 64),
-                t3 = _mm512_loadu_si512(bf + 96);
-  for (int64_t k = k0; k < k1; k += 32) {
-    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(32, K - k));
-    const __mmask32 live = n == 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-    const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, row + k));
-    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
-    __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)),
-                                        _mm512_permutex2var_epi16(t0, mag, t1), _mm512_permutex2var_epi16(t2, mag, t3));
-    if (mx_row) {
-      const __m512i e = _mm512_and_si512(r, _mm512_set1_epi16(0x7f80));
-      const __mmask32 finite_nonzero = _mm512_cmpneq_epi16_mask(e, _mm512_setzero_si512()) &
-                                       _mm512_cmpneq_epi16_mask(e, _mm512_set1_epi16(0x7f80));
-      const int shift = (static_cast<int>(mx_row[k / 32]) - 127) * 128;
-      r = _mm512_mask_add_epi16(r, finite_nonzero, r, _mm512_set1_epi16(static_cast<int16_t>(shift)));
-    }
-    r = _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
-    _mm512_storeu_si512(dst + (k - k0) / 2, r);
-  }
-}
-#endif
-
-// Packs x [R, K] (FP8 codes, strides sr / sk; with MX, each value times 2^e of its block scale
-// mx[r, k / 32]) into panels of P rows of bf16 pairs, the layout of cpu/gemm_bf16.h: panels
-// [pb, pe). Pairs go in chunks of 64: every row's chunk is decoded into a staging block (AVX-512
-// for K-contiguous rows), then transposed into the panel. The scaled values must be normal bf16
-// (mx_fits_bf16); callers checked AVX-512.
-void pack_fp8(const uint8_t* x, int64_t R, int64_t K, int64_t sr, int64_t sk, bool e5m2, const uint8_t* mx,
-              int64_t P, uint32_t* out, int64_t pb, int64_t pe) {
-  const int64_t K2 = neuron::cpu::k_pairs(K), blocks = K / 32;
-  const uint16_t* bf = e5m2 ? tables().e5m2_bf16 : tables().e4m3fn_bf16;
-  const float* f32 = e5m2 ? tables().e5m2 : tables().e4m3fn;
-  const float* e8m0 = tables().e8m0;
-  constexpr int64_t kChunk = 64;
-  alignas(64) uint32_t stage[neuron::cpu::kTileCols][kChunk];
-  for (int64_t p = pb; p < pe; ++p) {
-    uint32_t* o = out + p * P * K2;
-    for (int64_t c0 = 0; c0 < K2; c0 += kChunk) {
-      const int64_t c1 = std::min(K2, c0 + kChunk);
-      for (int64_t i = 0; i < P; ++i) {
-        const int64_t r = p * P + i;
-        uint32_t* st = stage[i];
-        if (r >= R) {
-          std::fill(st, st + (c1 - c0), 0u);
-          continue;
-        }
-        const uint8_t* row = x + r * sr;
-        const uint8_t* sc = mx ? mx + r * blocks : nullptr;
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (sk == 1) {
-          decode_row_avx512(bf, row, K, 2 * c0, 2 * c1, sc, st);
-          continue;
-        }
-#endif
-        for (int64_t kp = c0; kp < c1; ++kp) {
-          const int64_t k = 2 * kp;
-          if (sc) {  // K is a multiple of 32 here
-            const float s = e8m0[sc[k / 32]];
-            st[kp - c0] = (float_bits(f32[row[k * sk]] * s) >> 16) | (float_bits(f32[row[(k + 1) * sk]] * s) & 0xffff0000u);
-          } else {
-            st[kp - c0] = bf[row[k * sk]] | (k + 1 < K ? static_cast<uint32_t>(bf[row[(k + 1) * sk]]) << 16 : 0u);
-          }
-        }
-      }
-      for (int64_t kp = c0; kp < c1; ++kp) {
-        uint32_t* dst = o + kp * P;
-        for (int64_t i = 0; i < P; ++i) dst[i] = stage[i][kp - c0];
-      }
-    }
   }
 }
 
@@ -386,41 +312,22 @@ Tensor scaled_mm_impl(const Tensor& a, const Tensor& b, Scaling ka, const Tensor
 
   auto run = [&](auto* po) {
     namespace cpu = neuron::cpu;
-    if (cpu::has_avx512_bf16() && K > 0 && (!mx || (mx_fits_bf16(sa_codes) && mx_fits_bf16(sb_codes)))) {
-      // Decode into the GEMM's panels; each finished tile gets its epilogue at once.
-      Tensor packed_a = at::empty({cpu::packed_a_words(M, K)}, a.options().dtype(at::kInt));
-      Tensor packed_b = at::empty({cpu::packed_b_words(N, K)}, a.options().dtype(at::kInt));
-      auto* wa = reinterpret_cast<uint32_t*>(packed_a.mutable_data_ptr<int32_t>());
-      auto* wb = reinterpret_cast<uint32_t*>(packed_b.mutable_data_ptr<int32_t>());
-      const auto* xa = reinterpret_cast<const uint8_t*>(a.const_data_ptr());
-      const auto* xb = reinterpret_cast<const uint8_t*>(b.const_data_ptr());
-      const int64_t rp = cpu::row_panels(M), cp = cpu::col_panels(N);
-      at::parallel_for(0, rp, 1, [&](int64_t lo, int64_t hi) {
-        pack_fp8(xa, M, K, a.stride(0), a.stride(1), a.scalar_type() == at::kFloat8_e5m2, pa, cpu::kTileRows, wa,
-                 lo, hi);
-      });
-      at::parallel_for(0, cp, 1, [&](int64_t lo, int64_t hi) {  // b's rows in the packing are its columns
-        pack_fp8(xb, N, K, b.stride(1), b.stride(0), b.scalar_type() == at::kFloat8_e5m2, pb, cpu::kTileCols, wb,
-                 lo, hi);
-      });
-      const cpu::TileFn tile = [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols, const float* t) {
-        epilogue_block(po + m0 * N + n0, N, t, cpu::kTileCols, rows, cols, psa + m0 * sa_step, sa_step,
-                       psb + n0 * sb_step, sb_step, pbias ? pbias + n0 : nullptr, clamp);
-      };
-      // Threads split the longer side, so small-M (decode) products use every thread too.
-      if (rp >= cp) {
-        at::parallel_for(0, rp, 1, [&](int64_t lo, int64_t hi) { cpu::gemm_bf16_tiles(wa, wb, M, N, K, lo, hi, 0, cp, tile); });
-      } else {
-        at::parallel_for(0, cp, 1, [&](int64_t lo, int64_t hi) { cpu::gemm_bf16_tiles(wa, wb, M, N, K, 0, rp, lo, hi, tile); });
-      }
-      return;
-    }
+    // bf16 operands unless an MX-scaled value would leave bf16's normal range (the host's BF16
+    // dot products read subnormals as zero); products are exact either way, sums fp32.
+    const bool bf16 = !mx || (mx_fits_bf16(sa_codes) && mx_fits_bf16(sb_codes));
     const float* e8m0 = tables().e8m0;
     const int64_t blocks = K / 32;
-    Tensor a32 = decode_f32(a, [&](int64_t m, int64_t k) { return e8m0[pa[m * blocks + k / 32]]; }, mx);
-    Tensor b32 = decode_f32(b, [&](int64_t k, int64_t n) { return e8m0[pb[n * blocks + k / 32]]; }, mx);
-    // Products of the decoded values are exact in fp32; the GEMM accumulates in fp32.
-    Tensor acc = at::mm(a32, b32).contiguous();
+    auto scale_a = [&](int64_t m, int64_t k) { return e8m0[pa[m * blocks + k / 32]]; };
+    auto scale_b = [&](int64_t k, int64_t n) { return e8m0[pb[n * blocks + k / 32]]; };
+    Tensor da = bf16 ? decode<c10::BFloat16>(a, scale_a, mx) : decode<float>(a, scale_a, mx);
+    Tensor db = bf16 ? decode<c10::BFloat16>(b, scale_b, mx) : decode<float>(b, scale_b, mx);
+    const cpu::Dtype kind = bf16 ? cpu::Dtype::kBFloat16 : cpu::Dtype::kFloat32;
+    Tensor acc = at::empty({M, N}, a.options().dtype(at::kFloat));
+    static const cpu::ParallelFor par = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+      at::parallel_for(0, n, 1, body);
+    };
+    cpu::gemm(M, N, K, {da.const_data_ptr(), kind, K, 1}, {db.const_data_ptr(), kind, N, 1},
+              acc.mutable_data_ptr<float>(), N, cpu::default_gemm_options(&par));
     const float* pacc = acc.const_data_ptr<float>();
     at::parallel_for(0, M, std::max<int64_t>(1, 16384 / N), [&](int64_t lo, int64_t hi) {
       epilogue_block(po + lo * N, N, pacc + lo * N, N, hi - lo, N, psa + lo * sa_step, sa_step, psb, sb_step, pbias,

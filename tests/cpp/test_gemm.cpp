@@ -1,0 +1,247 @@
+// The host GEMM behind every simulated Tensor-engine product (csrc/cpu/gemm.h): each path this
+// CPU runs against a float64 oracle and against the scalar path, over odd shapes, transposed and
+// strided operands, fp32 / bf16 / fp16; paths the CPU lacks are skipped, naming what it lacks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+namespace {
+
+using namespace neuron::cpu;
+
+uint16_t top_bits(float f) {  // bf16 bits by truncation: the tests draw values exact in bf16
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+uint16_t half_bits(float f) {  // fp16 bits of a value exact in fp16 (normal or zero)
+  if (f == 0.0f) return std::signbit(f) ? 0x8000 : 0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, exp = ((u >> 23) & 0xffu) - 112, man = (u >> 13) & 0x3ffu;
+  return static_cast<uint16_t>(sign | exp << 10 | man);
+}
+
+const char* dtype_name(Dtype d) {
+  return d == Dtype::kFloat32 ? "float32" : d == Dtype::kBFloat16 ? "bfloat16" : "float16";
+}
+
+// A logical [R, C] matrix of values exact in `dtype`, stored row-major or transposed, with its
+// leading dimension padded (strided), as the callers' operands come.
+struct Stored {
+  std::vector<float> f32;
+  std::vector<uint16_t> u16;
+  MatrixRef ref;
+};
+
+Stored store(const std::vector<float>& v, int64_t R, int64_t C, Dtype dtype, bool transposed) {
+  Stored s;
+  const int64_t pad = 3, ld = (transposed ? R : C) + pad, outer = transposed ? C : R;
+  const size_t n = static_cast<size_t>(outer * ld);
+  if (dtype == Dtype::kFloat32) s.f32.assign(n, std::nanf("")); else s.u16.assign(n, 0x7fc1);  // NaN padding
+  for (int64_t i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < C; ++j) {
+      const int64_t at = transposed ? j * ld + i : i * ld + j;
+      const float x = v[i * C + j];
+      if (dtype == Dtype::kFloat32) s.f32[at] = x;
+      else s.u16[at] = dtype == Dtype::kBFloat16 ? top_bits(x) : half_bits(x);
+    }
+  }
+  const void* data = dtype == Dtype::kFloat32 ? static_cast<const void*>(s.f32.data()) : s.u16.data();
+  s.ref = transposed ? MatrixRef{data, dtype, 1, ld} : MatrixRef{data, dtype, ld, 1};
+  return s;
+}
+
+// Values exact in every dtype (8 significant bits, exponents -13..-1), or for fp32 any float.
+std::vector<float> draw(int64_t n, Dtype dtype, std::mt19937& rng) {
+  std::uniform_int_distribution<int> mant(-255, 255), ex(-6, 6);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = dtype == Dtype::kFloat32 ? normal(rng) : std::ldexp(static_cast<float>(mant(rng)), ex(rng) - 7);
+  return v;
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+const Shape kShapes[] = {{1, 1, 1},    {7, 13, 31},   {13, 7, 257},  {31, 257, 13}, {257, 31, 7},
+                         {6, 16, 256}, {12, 32, 513}, {1, 300, 257}, {300, 1, 129}, {100, 70, 300}};
+
+std::vector<float> run(GemmPath path, const Shape& s, const MatrixRef& a, const MatrixRef& b, int64_t ldc,
+                       const ParallelFor* par = nullptr, const std::vector<float>* c0 = nullptr) {
+  std::vector<float> c(s.M * ldc, -7.0f);  // columns past N must stay -7
+  if (c0) c = *c0;
+  GemmOptions o;
+  o.path = path;
+  o.parallel = par;
+  o.accumulate = c0 != nullptr;
+  gemm(s.M, s.N, s.K, a, b, c.data(), ldc, o);
+  return c;
+}
+
+class GemmPaths : public ::testing::TestWithParam<std::tuple<GemmPath, Dtype>> {
+ protected:
+  void SetUp() override {
+    const std::string missing = gemm_path_missing(std::get<0>(GetParam()));
+    if (!missing.empty()) {
+      GTEST_SKIP() << "this CPU lacks " << missing << " for the " << gemm_path_name(std::get<0>(GetParam()))
+                   << " path";
+    }
+  }
+};
+
+TEST_P(GemmPaths, MatchesFloat64AndTheScalarPathOnOddShapesAndLayouts) {
+  const auto [path, dtype] = GetParam();
+  for (const Shape& s : kShapes) {
+    std::mt19937 rng(static_cast<unsigned>(s.M * 1000003 + s.N * 1009 + s.K));
+    const auto av = draw(s.M * s.K, dtype, rng), bv = draw(s.K * s.N, dtype, rng);
+    std::vector<double> ref(s.M * s.N), mag(s.M * s.N);
+    for (int64_t m = 0; m < s.M; ++m) {
+      for (int64_t n = 0; n < s.N; ++n) {
+        double r = 0, g = 0;
+        for (int64_t k = 0; k < s.K; ++k) {
+          const double p = static_cast<double>(av[m * s.K + k]) * bv[k * s.N + n];
+          r += p, g += std::fabs(p);
+        }
+        ref[m * s.N + n] = r, mag[m * s.N + n] = g;
+      }
+    }
+    for (int layout = 0; layout < 4; ++layout) {
+      SCOPED_TRACE(std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) + " a" +
+                   (layout & 1 ? "ᵀ" : "") + " b" + (layout & 2 ? "ᵀ" : ""));
+      const Stored a = store(av, s.M, s.K, dtype, layout & 1), b = store(bv, s.K, s.N, dtype, layout & 2);
+      const int64_t ldc = s.N + 5;
+      const auto got = run(path, s, a.ref, b.ref, ldc);
+      const auto scalar = run(GemmPath::kScalar, s, a.ref, b.ref, ldc);
+      for (int64_t m = 0; m < s.M; ++m) {
+        for (int64_t n = 0; n < ldc; ++n) {
+          const float x = got[m * ldc + n];
+          if (n >= s.N) {
+            ASSERT_EQ(x, -7.0f) << "wrote past N at " << m << "," << n;
+            continue;
+          }
+          // fp32 accumulation (and fp32 products for fp32 operands): each of the K + 1
+          // roundings is within 2^-24 of a partial sum bounded by the sum of |products|.
+          const double bound = mag[m * s.N + n] * static_cast<double>(s.K + 1) * std::ldexp(1.0, -24) + 1e-30;
+          ASSERT_NEAR(x, ref[m * s.N + n], bound) << m << "," << n;
+          ASSERT_NEAR(x, scalar[m * ldc + n], 2 * bound) << m << "," << n;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GemmPaths, SmallIntegerProductsAreExactOnEveryPath) {
+  // Integers below 2^8 are exact in every dtype, their sums below 2^24 exact in fp32: any order
+  // of summation gives the exact result, so every element must equal the scalar path's.
+  const auto [path, dtype] = GetParam();
+  for (const Shape& s : kShapes) {
+    std::vector<float> av(s.M * s.K), bv(s.K * s.N);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(static_cast<int64_t>(i % 13) - 6);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(static_cast<int64_t>(i % 7) - 3);
+    const Stored a = store(av, s.M, s.K, dtype, false), b = store(bv, s.K, s.N, dtype, true);
+    const auto got = run(path, s, a.ref, b.ref, s.N);
+    for (int64_t m = 0; m < s.M; ++m) {
+      for (int64_t n = 0; n < s.N; ++n) {
+        float want = 0;
+        for (int64_t k = 0; k < s.K; ++k) want += av[m * s.K + k] * bv[k * s.N + n];
+        ASSERT_EQ(got[m * s.N + n], want) << s.M << "x" << s.N << "x" << s.K << " at " << m << "," << n;
+      }
+    }
+  }
+}
+
+TEST_P(GemmPaths, AccumulatesIntoCAndIsIndependentOfTheThreadSplit) {
+  const auto [path, dtype] = GetParam();
+  const Shape s{257, 300, 129};  // above the size where threads are used
+  std::mt19937 rng(7);
+  const auto av = draw(s.M * s.K, dtype, rng), bv = draw(s.K * s.N, dtype, rng);
+  const Stored a = store(av, s.M, s.K, dtype, true), b = store(bv, s.K, s.N, dtype, false);
+  const ParallelFor ones = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    for (int64_t i = n - 1; i >= 0; --i) body(i, i + 1);  // one task at a time, backwards
+  };
+  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::vector<std::thread> ts;
+    for (int64_t t = 0; t < 3; ++t) {
+      if (n * t / 3 < n * (t + 1) / 3) ts.emplace_back(body, n * t / 3, n * (t + 1) / 3);
+    }
+    for (auto& t : ts) t.join();
+  };
+  const auto serial = run(path, s, a.ref, b.ref, s.N);
+  for (const ParallelFor* par : {&ones, &threads}) {
+    const auto split = run(path, s, a.ref, b.ref, s.N, par);
+    ASSERT_EQ(std::memcmp(serial.data(), split.data(), serial.size() * 4), 0);
+  }
+  std::vector<float> c0(s.M * s.N);
+  for (auto& x : c0) x = std::normal_distribution<float>()(rng);
+  const auto acc = run(path, s, a.ref, b.ref, s.N, &threads, &c0);
+  for (size_t i = 0; i < acc.size(); ++i) {
+    ASSERT_NEAR(acc[i], c0[i] + serial[i], 1e-5 * (std::fabs(c0[i]) + std::fabs(serial[i]) + 1)) << i;
+  }
+}
+
+TEST_P(GemmPaths, EmptyContractionGivesZerosOrLeavesC) {
+  const auto [path, dtype] = GetParam();
+  const Shape s{5, 9, 0};
+  const Stored a = store({}, 5, 0, dtype, false), b = store({}, 0, 9, dtype, false);
+  for (float x : run(path, s, a.ref, b.ref, 9)) EXPECT_EQ(x, 0.0f);
+  const std::vector<float> c0(45, 2.5f);
+  for (float x : run(path, s, a.ref, b.ref, 9, nullptr, &c0)) EXPECT_EQ(x, 2.5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPaths, GemmPaths,
+    ::testing::Combine(::testing::ValuesIn(kAllGemmPaths),
+                       ::testing::Values(Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16)),
+    [](const ::testing::TestParamInfo<std::tuple<GemmPath, Dtype>>& i) {
+      return std::string(gemm_path_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
+    });
+
+TEST(GemmPath, EnvironmentNamesAPathOrGetsAClearError) {
+  EXPECT_EQ(parse_gemm_path(nullptr), best_gemm_path());
+  EXPECT_EQ(parse_gemm_path(""), best_gemm_path());
+  EXPECT_EQ(parse_gemm_path("auto"), best_gemm_path());
+  EXPECT_EQ(parse_gemm_path("scalar"), GemmPath::kScalar);
+  try {
+    parse_gemm_path("avx3");
+    FAIL() << "an unknown path was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512 or avx512bf16"), std::string::npos) << e.what();
+  }
+  for (GemmPath p : kAllGemmPaths) {
+    if (gemm_path_supported(p)) {
+      EXPECT_EQ(parse_gemm_path(gemm_path_name(p)), p);
+      continue;
+    }
+    try {
+      parse_gemm_path(gemm_path_name(p));
+      FAIL() << gemm_path_name(p) << " was accepted on a CPU that lacks " << gemm_path_missing(p);
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("lacks " + gemm_path_missing(p)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(gemm_path_supported(GemmPath::kScalar));
+  EXPECT_TRUE(gemm_path_supported(best_gemm_path()));
+}
+
+TEST(GemmPath, HalfToFloatIsExact) {
+  EXPECT_EQ(half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(half_to_float(0xc000), -2.0f);
+  EXPECT_EQ(half_to_float(0x7bff), 65504.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(half_to_float(0x03ff), std::ldexp(1023.0f, -24));
+  EXPECT_TRUE(std::isinf(half_to_float(0xfc00)) && half_to_float(0xfc00) < 0);
+  EXPECT_TRUE(std::isnan(half_to_float(0x7e00)));
+  EXPECT_TRUE(std::signbit(half_to_float(0x8000)));
+}
+
+}  // namespace
