@@ -111,6 +111,9 @@ class CheckReport:
     divergence: str = ""  # for a mismatch: the first aten op that computes differently, if any
     # With compile: backend, compiles, recompiles, graph breaks (count, reasons), compile time.
     compile: dict[str, Any] = field(default_factory=dict)
+    # Estimated step time on Trainium (torch_neuronx.estimate, one rank, full size on fake tensors):
+    # platform -> seconds, or "error" -> why no estimate was made.
+    estimate: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -146,6 +149,13 @@ class CheckReport:
         ops = ", ".join(op + (f" x{n}" if n else "") + (" (blocked)" if op in blocked else "")
                         for op, n in sorted(listed.items())) or "none"
         lines += ["", f"generic-fallback ops on neuron: {ops}"]
+        if self.estimate:
+            if "error" in self.estimate:
+                lines.append(f"estimated step time on Trainium: not available ({self.estimate['error']})")
+            else:
+                times = ", ".join(f"{k} {_fmt_time(v)}" for k, v in self.estimate.items())
+                lines.append(f"estimated {'training' if 'training' in {r.stage for r in self.runs} else 'inference'}"
+                             f" step time on Trainium (torch_neuronx.estimate, one core): {times}")
         if self.compile:
             c = self.compile
             lines.append(
@@ -277,6 +287,7 @@ def check_model(
         report.notes.append("the generic-fallback ops below work, but have no native kernel; "
                             "--fallback-policy error (fallback_policy='error') fails on them")
     report.problems = list(problems.values())
+    report.estimate = _estimate(model, args, kwargs, train)
     if backend:
         m = torch.neuron.get_dynamo_metrics()
         report.compile = dict(backend=backend, compiles=m.compiles, recompiles=m.recompiles,
@@ -363,6 +374,18 @@ def _run_stage(stage, cpu_model, dev_model, cpu_in, dev_in, dev, steps, loss_fn,
         report.comparisons.append(c)
         if not c.ok:
             problem("mismatch", _mismatch(c.name, c.message), stage)
+
+
+def _estimate(model, args, kwargs, train: bool) -> dict[str, Any]:
+    """Estimated step time on trn2 and trn3 of the step checked (one rank, fake tensors)."""
+    from torch_neuronx.estimate import estimate
+
+    try:
+        est = estimate(model, kwargs if kwargs else args, task="train" if train else "prefill",
+                       platforms="trn2,trn3", mode="full")
+    except Exception as e:  # noqa: BLE001 - the estimate is extra information; the check stands without it
+        return {"error": f"{type(e).__name__}: {_first_line(e)}"}
+    return {name: r.step_time_s for name, r in est.results.items()}
 
 
 def _locate(model, args, kwargs, dev, training: bool, loss_fn) -> tuple[str, bool]:

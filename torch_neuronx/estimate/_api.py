@@ -12,7 +12,7 @@ import torch
 from torch_neuronx.estimate import _facts, _prices
 from torch_neuronx.estimate._capture import Op, StepRecorder
 from torch_neuronx.estimate._errors import EstimateError
-from torch_neuronx.estimate._step import (DTYPES, TASKS, Capture, Plan, apply_fsdp, apply_tp, build_hf, check_plan,
+from torch_neuronx.estimate._step import (DTYPES, TASKS, Capture, Plan, apply_fsdp, apply_recompute, apply_tp, build_hf, check_plan,
                                           decoder_layers, fake_inputs, fake_world, hf_tp_plan, run_step,
                                           text_config, to_fake, token_inputs, total_params)
 
@@ -112,10 +112,17 @@ def _trace_one(build, task: str, mode: str, compile_: bool, bar: _Bar, plan: Pla
             model.compile(backend="neuron")
         with fake_mode if fake_mode is not None else contextlib.nullcontext(), ctx:
             if compile_:
-                # First step compiles (unrecorded); the second is the one measured.
-                run_step(model, inputs, task, StepRecorder(), decode_inputs)
+                # First step compiles (unrecorded); the second is the one measured, and its peak
+                # device memory is the compiled step's.
+                run_step(model, inputs, task, StepRecorder(), decode_inputs, compiled=True)
                 boundary.clear()
-            run_step(model, inputs, task, rec, decode_inputs)
+                torch.neuron.synchronize()
+                torch.neuron.reset_peak_memory_stats()
+                base = torch.neuron.memory_allocated()
+            run_step(model, inputs, task, rec, decode_inputs, compiled=compile_)
+            if compile_:
+                rec.peak_by_phase = {"step": torch.neuron.max_memory_allocated() - base}
+                rec.state_bytes = 0  # the measured step already holds the optimizer state
         if handle is not None:
             handle.remove()
         if compile_:
@@ -127,10 +134,10 @@ def _trace_one(build, task: str, mode: str, compile_: bool, bar: _Bar, plan: Pla
     peak = static + max(before_opt + rec.state_bytes, opt)
     largest = named + [(f"{n} output {shape} {dt} ({ph})", b) for (n, ph, shape, dt), b in rec.largest.items()]
     return {"ops": rec.ops, "peak": peak, "static": static, "largest": largest, "boundary": boundary.get("bytes", 0),
-            "params": param_bytes}
+            "params": param_bytes, "forward_live": rec.forward_live}
 
 
-def _combine(traces: list[dict], layers: int | None) -> tuple[list[Op], int, int, list, int, int]:
+def _combine(traces: list[dict], layers: int | None) -> tuple[list[Op], int, int, list, int, int, int]:
     """Layer replication: with traces of 1 and 2 layers, the step of n layers is
     T1 + (n - 1) * (T2 - T1), i.e. T1 weighted 2 - n and T2 weighted n - 1."""
     if len(traces) == 1:
@@ -146,7 +153,10 @@ def _combine(traces: list[dict], layers: int | None) -> tuple[list[Op], int, int
     static = int(sum(w * tr["static"] for tr, w in zip(traces, weights)))
     params = int(sum(w * tr["params"] for tr, w in zip(traces, weights)))
     largest = sorted(traces[-1]["largest"], key=lambda x: -x[1])
-    return ops, peak, static, largest, traces[-1]["boundary"], params
+    # Activations one more layer keeps for the backward (the 2-layer trace's extra over the 1-layer one).
+    per_layer = traces[1]["forward_live"] - traces[0]["forward_live"] if len(traces) == 2 else \
+        traces[0]["forward_live"] // max(1, layers or 1)
+    return ops, peak, static, largest, traces[-1]["boundary"], params, max(0, per_layer)
 
 
 def _micro_steps(task: str, batch: int, micro_batch: int, plan: Plan) -> tuple[int, int]:
@@ -266,6 +276,8 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
                 model.to(device)
             if mesh is not None and plan.tp > 1:
                 apply_tp(model, mesh["tp"], hf_tp_plan(model))
+            if plan.recompute and phase_task == "train":
+                apply_recompute(model)
             if mesh is not None and plan.fsdp:
                 apply_fsdp(model, mesh["dp"])
             with fake_mode if fake_mode is not None else contextlib.nullcontext():
@@ -289,7 +301,13 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
         return _combine(traces, stage_layers)
 
     if task in ("train", "prefill"):
-        ops, peak, static, largest, boundary, params = trace(task, local_seq)
+        ops, peak, static, largest, boundary, params, per_layer = trace(task, local_seq)
+        if task == "train" and plan.pp > 1:
+            # 1F1B: the first stage holds the activations of up to pp micro-batches at once.
+            in_flight = min(plan.pp, micro_steps)
+            peak += (in_flight - 1) * per_layer * (stage_layers or 1)
+            assumptions.append(f"pipeline memory: the first stage keeps the layer activations of {in_flight} "
+                               "micro-batches in flight (1F1B)")
         if task == "train":
             for op in ops:
                 if op.phase != "optimizer":
@@ -297,13 +315,13 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
             grad_bytes = params  # DDP reduces gradients of the size of the rank's parameters
         tokens = batch * seq
     elif task == "decode":
-        ops, peak, static, largest, boundary, _ = trace("decode", seq)
+        ops, peak, static, largest, boundary, _, _ = trace("decode", seq)
         tokens = batch
         assumptions.append(f"decode: one new token per sequence with a KV cache of {seq} tokens (prefill not counted)")
     else:  # generate: prefill once, then new_tokens decode steps at the mean context length
-        ops, peak, static, largest, boundary, _ = trace("prefill", seq)
+        ops, peak, static, largest, boundary, _, _ = trace("prefill", seq)
         mid = seq + new_tokens // 2
-        d_ops, d_peak, _, d_largest, _, _ = trace("decode", mid)
+        d_ops, d_peak, _, d_largest, _, _, _ = trace("decode", mid)
         for op in d_ops:
             op.count *= new_tokens
         ops += d_ops
@@ -316,6 +334,9 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
     if plan.dp > 1 and not plan.fsdp and task == "train":
         assumptions.append("--dp without --fsdp: DDP, one all-reduce of the gradients per step overlapping the "
                            "backward")
+    if plan.recompute and task == "train":
+        assumptions.append("activation recompute: every decoder layer is checkpointed; its forward runs again in "
+                           "the backward (traced, so its cost is counted)")
     if plan.pp > 1:
         assumptions.append(f"pipeline: 1F1B with {micro_steps} micro-batch(es) per step; bubble (pp-1) micro-batch "
                            "times; stage-to-stage transfers exposed only while the pipeline fills and drains")
@@ -365,6 +386,8 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
             ins = to_device(inputs, torch.device(device))
         if mesh is not None and plan.tp > 1:
             apply_tp(m, mesh["tp"], hf_tp_plan(m))
+        if plan.recompute and task == "train":
+            apply_recompute(m)
         if mesh is not None and plan.fsdp:
             apply_fsdp(m, mesh["dp"])
         return m, ins, None
@@ -385,9 +408,10 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
 
 def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int | None = None, micro_batch: int = 1,
              seq: int | None = None, new_tokens: int | None = None, dtype: str = "bf16", tp: int = 1, pp: int = 1,
-             dp: int = 1, cp: int = 1, ep: int = 1, fsdp: bool = False, platforms="trn2,trn3",
+             dp: int = 1, cp: int = 1, ep: int = 1, fsdp: bool = False, recompute: bool = False,
+             platforms="trn2,trn3",
              instances: int | None = None, compile: bool = False, mode: str = "full", prices: str | None = None,
-             comparators: bool | None = None, progress: bool = False, name: str | None = None):
+             progress: bool = False, name: str | None = None):
     """Estimated step time, tokens/s, MFU, memory and $ per 1M tokens of one training or inference step
     on each platform, from one rank's step captured at the aten level. Returns an ``Estimate`` (print it,
     ``.to_json()``, ``.plot(path)``, ``.to_trace(path)``).
@@ -405,7 +429,7 @@ def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int 
 
     names = _facts.parse_platforms(platforms)
     price_table = _prices.load(prices)
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, fsdp=fsdp)
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, fsdp=fsdp, recompute=recompute)
     for n in names:  # unknown or unbuildable platforms fail before the (long) trace
         from torch_neuronx.estimate._costs import target
 

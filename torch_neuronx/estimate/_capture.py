@@ -13,6 +13,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+try:
+    from torch.distributed.tensor import DTensor as _DTensor
+except ImportError:  # a build of torch without distributed
+    _DTensor = None
+
 # Dispatcher namespaces that carry no device work.
 _SKIP_NAMESPACES = ("prim", "profiler")
 
@@ -49,6 +54,10 @@ class Op:
     count: float = 1.0  # how many times the step runs it (layer replication scales this)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t._local_tensor if _DTensor is not None and isinstance(t, _DTensor) else t
+
+
 def _nbytes(t: torch.Tensor) -> int:
     """Bytes a kernel touches for ``t``: stride-0 (broadcast) dimensions count once."""
     n = 1
@@ -68,6 +77,8 @@ def _group_ranks(args, kwargs, world: int) -> tuple[int, ...]:
 
     for a in list(args) + list(kwargs.values()):
         try:
+            if isinstance(a, torch.ScriptObject):  # c10d ops carry the group boxed
+                a = dist.ProcessGroup.unbox(a)
             if isinstance(a, dist.ProcessGroup):
                 return tuple(dist.get_process_group_ranks(a))
             if isinstance(a, str) and a:
@@ -104,6 +115,8 @@ class StepRecorder(TorchDispatchMode):
         self.peak = 0
         self.peak_by_phase: dict[str, int] = {}
         self.recording = False
+        self.compiled_recording = False  # compiled graphs run outside the mode: _compiled.py records them
+        self.forward_live = 0  # bytes alive when the forward ends (kept for the backward)
         self.state_bytes = 0  # optimizer state created by the step (alive in every later step)
         self._seen: weakref.WeakSet = weakref.WeakSet()
         self.largest: dict[tuple, int] = {}  # (op, phase, shape, dtype) -> bytes of the largest outputs
@@ -151,8 +164,10 @@ class StepRecorder(TorchDispatchMode):
         if ns in _SKIP_NAMESPACES:
             return out
         name = str(func)
-        ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-        outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+        # A DTensor op computes on the local shards: record the shapes one rank works on. (The
+        # redistributions of tensor-parallel styles run as collectives on local tensors: recorded.)
+        ins = [_local(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        outs = [_local(o) for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
         op = Op(name, self.phase, [(tuple(t.shape), _dtype(t)) for t in ins],
                 [(tuple(t.shape), _dtype(t)) for t in outs],
                 sum(_nbytes(t) for t in ins), sum(_nbytes(t) for t in outs))

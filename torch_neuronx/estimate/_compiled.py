@@ -1,9 +1,11 @@
 """Compiled mode: cost the kernels Inductor generates, not the eager ops.
 
-While active, every graph Inductor compiles keeps the list of its fused kernels (scheduler nodes:
-bytes read and written, elements), and each run of a compiled graph adds those kernels to the
-recorder. Kernels Inductor leaves to ATen (matmuls, attention: "extern kernels") reach the recorder
-through the dispatcher as ordinary ops. Caches are off so every graph is scheduled here.
+While active, every graph Inductor compiles keeps the list of its kernels (scheduler nodes: fused
+kernels with the bytes they read and write and their elements; extern kernels — matmuls, attention,
+ATen fallbacks — as aten ops with their input shapes), and each run of a compiled graph adds them to
+the recorder. Dynamo runs nothing compiled while a dispatch mode is active, so compiled graphs run
+outside the recorder (ops outside them, e.g. an eager optimizer step, are recorded as usual). Caches
+are off so every graph is scheduled here.
 """
 
 from __future__ import annotations
@@ -25,11 +27,44 @@ def _int(x, default: int = 0) -> int:
             return default
 
 
+def _extern(node) -> dict | None:
+    """An extern kernel (matmul, attention, any ATen fallback) as an aten op with its input shapes."""
+    ir = node.node
+    op = getattr(ir, "op_overload", None)
+    name = str(op) if op is not None else ""
+    if not name:
+        kernel = (getattr(ir, "python_kernel_name", None) or "").split(".")[-1]
+        if not kernel:
+            return None
+        name = f"aten.{kernel}.default"
+    inputs = []
+    for inp in getattr(ir, "inputs", ()):
+        try:
+            inputs.append((tuple(_int(d, 1) for d in inp.get_size()), str(inp.get_dtype()).replace("torch.", "")))
+        except Exception:  # noqa: BLE001 - a non-tensor input
+            continue
+    try:
+        outputs = [(tuple(_int(d, 1) for d in ir.get_size()), str(ir.get_dtype()).replace("torch.", ""))]
+    except Exception:  # noqa: BLE001 - a multi-output kernel
+        outputs = []
+    args = {}
+    kwargs = getattr(ir, "kwargs", None) or {}
+    if "is_causal" in kwargs:
+        args["is_causal"] = bool(kwargs["is_causal"])
+    elif "attention" in name:
+        bools = [a for a in getattr(ir, "constant_args", ()) if isinstance(a, bool)]
+        args["is_causal"] = bools[0] if bools else False
+    return {"kind": "extern", "name": name, "inputs": inputs, "outputs": outputs, "args": args}
+
+
 def _kernels(scheduler) -> list[dict]:
     out = []
     for node in scheduler.nodes:
         if node.is_extern() or getattr(node, "is_template", lambda: False)():
-            continue  # runs as an ATen op: the dispatcher records it
+            k = _extern(node)
+            if k is not None:
+                out.append(k)
+            continue
         nodes = node.get_nodes()
         try:
             nbytes = _int(node.get_read_write_buffers_sizes())
@@ -39,9 +74,8 @@ def _kernels(scheduler) -> list[dict]:
         reduction = False
         for n in nodes:
             try:
-                group = n.group[1]
                 e = 1
-                for g in group:
+                for g in n.group[1]:
                     e *= _int(g, 1)
                 elems = max(elems, e)
                 reduction = reduction or n.is_reduction()
@@ -51,6 +85,21 @@ def _kernels(scheduler) -> list[dict]:
             out.append({"name": node.get_name(), "bytes": nbytes, "elements": elems,
                         "kind": "reduction" if reduction else "pointwise", "fused": len(nodes)})
     return out
+
+
+def _op(k: dict, phase: str) -> Op:
+    import math
+
+    import torch
+
+    if k["kind"] == "extern":
+        def nbytes(shapes):
+            return sum(math.prod(s) * getattr(torch, dt, torch.float32).itemsize for s, dt in shapes)
+
+        return Op(k["name"], phase, list(k["inputs"]), list(k["outputs"]), nbytes(k["inputs"]), nbytes(k["outputs"]),
+                  args=dict(k["args"]))
+    return Op("inductor." + k["kind"], phase, [], [], k["bytes"], 0,
+              args={"elements": k["elements"], "kernel": k["name"], "fused": k["fused"]})
 
 
 @contextlib.contextmanager
@@ -81,9 +130,8 @@ def inductor_kernels(recorder):
         return graph
 
     def call(self, inputs):
-        for k in getattr(self, "_neuron_estimate_kernels", ()) if recorder.recording else ():
-            recorder.ops.append(Op("inductor." + k["kind"], recorder.phase, [], [], k["bytes"], 0,
-                                   args={"elements": k["elements"], "kernel": k["name"], "fused": k["fused"]}))
+        for k in getattr(self, "_neuron_estimate_kernels", ()) if recorder.compiled_recording else ():
+            recorder.ops.append(_op(k, recorder.phase))
         return orig_call(self, inputs)
 
     scheduler.Scheduler.codegen = codegen

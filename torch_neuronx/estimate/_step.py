@@ -36,6 +36,7 @@ class Plan:
     cp: int = 1
     ep: int = 1
     fsdp: bool = False
+    recompute: bool = False  # activation checkpointing of every decoder layer
 
     @property
     def world(self) -> int:
@@ -101,18 +102,23 @@ def _call(model, inputs):
     return model(inputs)
 
 
-def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callable | None = None) -> None:
+def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callable | None = None,
+             compiled: bool = False) -> None:
     """One step under ``rec``: train = forward, backward, AdamW step (phases recorded separately);
     prefill = one forward without grad; decode = one forward of one token per sequence after an
-    unrecorded prefill that fills the KV cache."""
+    unrecorded prefill that fills the KV cache. ``compiled``: the model runs outside the recorder (its
+    compiled graphs record their kernels), the optimizer inside it."""
+    model_ctx = _compiled_ctx(rec) if compiled else rec
     if task == "train":
         opt = torch.optim.AdamW(_param_groups(model), lr=1e-4, foreach=True)
         model.train()
-        with rec:
+        with model_ctx:
             rec.phase = "forward"
             loss = _loss(_call(model, inputs))
+            rec.forward_live = rec.live  # activations the backward needs
             rec.phase = "backward"
             loss.backward()
+        with rec:
             rec.phase = "optimizer"
             opt.step()
         rec.state_bytes = sum(_storage_bytes(v) for s in opt.state.values() for v in s.values()
@@ -121,16 +127,25 @@ def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callabl
     model.eval()
     with torch.no_grad():
         if task == "prefill":
-            with rec:
+            with model_ctx:
                 rec.phase = "prefill"
                 _call(model, inputs)
             return
         # decode: the prefill that builds the cache is not part of the step
         out = _call(model, inputs)
         step_inputs = decode_inputs(out)
-        with rec:
+        with model_ctx:
             rec.phase = "decode"
             _call(model, step_inputs)
+
+
+@contextlib.contextmanager
+def _compiled_ctx(rec: StepRecorder):
+    rec.compiled_recording = True
+    try:
+        yield
+    finally:
+        rec.compiled_recording = False
 
 
 def _param_groups(model) -> list[dict]:
@@ -146,6 +161,9 @@ def _param_groups(model) -> list[dict]:
 
 
 def _storage_bytes(t: torch.Tensor) -> int:
+    from torch_neuronx.estimate._capture import _local
+
+    t = _local(t)
     try:
         return t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):
@@ -218,6 +236,19 @@ def apply_tp(model, mesh, plan: dict[str, str]) -> None:
                             "(config.base_model_tp_plan); use a module:function entry point that applies its own "
                             "plan, or --tp 1")
     parallelize_module(model, mesh, styles)
+
+
+def apply_recompute(model) -> None:
+    """Activation checkpointing of every decoder layer (non-reentrant): the backward recomputes each
+    layer's forward, and only the layers' inputs stay alive."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    layers = decoder_layers(model)
+    if layers is None:
+        raise EstimateError("--recompute checkpoints decoder layers, and this model has none (no layers/h/blocks "
+                            "ModuleList)")
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer)
 
 
 def apply_fsdp(model, mesh) -> None:
@@ -313,19 +344,17 @@ def build_hf(config, layers: int, plan: Plan, dtype: torch.dtype, fake_mode):
 
 
 def to_fake(model, fake_mode):
-    """``model`` with every parameter and buffer a fake tensor of the same shape (nothing copied)."""
-    model = copy.deepcopy(model) if not any(p.is_meta for p in model.parameters()) else model
+    """A copy of ``model`` whose parameters and buffers are fake tensors of the same shapes: the
+    real ones are neither copied nor changed (deepcopy's memo maps each to its fake twin)."""
+    memo = {}
     with fake_mode:
-        for mod in model.modules():
-            for name, p in list(mod._parameters.items()):
-                if p is not None:
-                    mod._parameters[name] = torch.nn.Parameter(
-                        torch.empty_strided(p.shape, p.stride(), dtype=p.dtype), requires_grad=p.requires_grad)
-            for name, b in list(mod._buffers.items()):
-                if b is not None:
-                    mod._buffers[name] = fake_mode.from_tensor(b) if not b.is_meta else \
-                        torch.empty_strided(b.shape, b.stride(), dtype=b.dtype)
-    return model
+        for t in list(model.parameters()) + list(model.buffers()):
+            if id(t) in memo:
+                continue
+            fake = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+            memo[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) \
+                if isinstance(t, torch.nn.Parameter) else fake
+    return copy.deepcopy(model, memo)
 
 
 def fake_inputs(inputs, fake_mode):
