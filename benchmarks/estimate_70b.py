@@ -32,7 +32,7 @@ def main() -> int:
     import torch_neuronx
 
     est = torch_neuronx.estimate(llama3_70b_config(), task="train", batch=a.batch, seq=8192, tp=32, pp=8, dp=4,
-                                 fsdp=True, platforms="trn2,trn3,h100", name="Llama-3-70B", progress=True)
+                                 fsdp=True, recompute=True, platforms="trn2,trn3,h100", name="Llama-3-70B", progress=True)
     took = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(est)

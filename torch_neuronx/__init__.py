@@ -119,6 +119,10 @@ def __getattr__(name: str):
 
         globals()["nki"] = nki
         return nki
+    if name == "estimate":  # the package is callable: torch_neuronx.estimate(model, inputs, ...)
+        import importlib
+
+        return importlib.import_module("torch_neuronx.estimate")
     if name == "check_model":
         from torch_neuronx.check import check_model
 
@@ -131,6 +135,7 @@ __all__ = [
     "__version__",
     "check_model",
     "clear_op_tracking",
+    "estimate",
     "get_executed_ops",
     "get_fallback_ops",
     "get_fallback_policy",

@@ -159,6 +159,43 @@ def kernel_cost(kernel: str, shapes: tuple, dtype: str, platform: str, causal: b
     return float(t.seconds), float(t.flops)
 
 
+def matmul_kernel_cost(m: int, k: int, n: int, dtype: str, platform: str) -> float:
+    """Seconds of the shipped matmul kernel for (m, k) @ (k, n). A contraction too long for the kernel's
+    SBUF tiles (a 128k-vocabulary head's gradient) is costed in K blocks that fit, accumulated as a
+    blocked matmul does: blocks x the kernel at one block."""
+    block = k
+    while True:
+        try:
+            sec, _ = kernel_cost("matmul", ((m, block), (block, n)), dtype, platform)
+            return sec * k / block
+        except EstimateError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the kernel's verifier refused the tile (SBUF capacity)
+            if block <= 512:
+                raise EstimateError(f"the engine model cannot cost a ({m}, {k}) @ ({k}, {n}) matmul on {platform}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
+            block = -(-block // 2)
+
+
+def row_kernel_cost(kernel: str, rows: int, cols: int, dtype: str, platform: str) -> float:
+    """Seconds of the row-wise kernel (softmax, rmsnorm) over ``rows`` x ``cols``. Rows wider than the
+    kernel's SBUF tile (a 128k vocabulary) are costed in column blocks that fit, as an online
+    (blocked) implementation runs them: blocks x the kernel at one block."""
+    block = cols
+    while True:
+        shapes = ((rows, block),) if kernel == "softmax" else ((rows, block), (block,))
+        try:
+            sec, _ = kernel_cost(kernel, shapes, dtype, platform)
+            return sec * cols / block
+        except EstimateError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the kernel's verifier refused the tile (SBUF capacity)
+            if block <= 512:
+                raise EstimateError(f"the engine model cannot cost {kernel} at ({rows}, {cols}) on {platform}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
+            block = -(-block // 2)
+
+
 def _mm_dims(op: Op) -> tuple[int, int, int, int] | None:
     """(batch, M, K, N) of a matmul op from its input shapes."""
     shapes = [s for s, _ in op.inputs]
@@ -206,7 +243,7 @@ def trainium_op_cost(op: Op, t: Target, dtype: str) -> OpCost:
             return _elementwise(op, t)
         b, m, k, n = dims
         kdt = _kernel_dtype(op, dtype)
-        sec, _ = kernel_cost("matmul", ((m, k), (k, n)), kdt, t.name)
+        sec = matmul_kernel_cost(m, k, n, kdt, t.name)
         return OpCost(b * sec / t.lnc, "tensor", 2.0 * b * m * k * n)
     if name in ATTENTION_FWD or (name.endswith("_backward") and name[:-9] in ATTENTION_FWD):
         return _attention(op, t, dtype, backward=name.endswith("_backward"))
@@ -217,7 +254,7 @@ def trainium_op_cost(op: Op, t: Target, dtype: str) -> OpCost:
         if len(shape) >= 1 and shape[-1] > 0:
             d = shape[-1]
             r = max(1, math.prod(shape) // d)
-            sec, _ = kernel_cost("rmsnorm", ((r, d), (d,)), _NKI_DTYPE.get(op.inputs[0][1], "bfloat16"), t.name)
+            sec = row_kernel_cost("rmsnorm", r, d, _NKI_DTYPE.get(op.inputs[0][1], "bfloat16"), t.name)
             # The backward reads the input, the output gradient and the statistics: twice the forward's work.
             return OpCost(sec * (2 if name.endswith("_backward") else 1) / t.lnc, "vector")
     if name in SOFTMAX_OPS:
@@ -225,7 +262,7 @@ def trainium_op_cost(op: Op, t: Target, dtype: str) -> OpCost:
         if len(shape) >= 1 and shape[-1] > 0:
             c = shape[-1]
             r = max(1, math.prod(shape) // c)
-            sec, _ = kernel_cost("softmax", ((r, c),), _NKI_DTYPE.get(op.inputs[0][1], "bfloat16"), t.name)
+            sec = row_kernel_cost("softmax", r, c, _NKI_DTYPE.get(op.inputs[0][1], "bfloat16"), t.name)
             return OpCost(sec / t.lnc, "vector")
     if name in COPY_OPS or op.name.startswith("fsdp."):
         nbytes = op.in_bytes + op.out_bytes

@@ -196,8 +196,10 @@ def fake_world(plan: Plan, device: str):
         dist.destroy_process_group()
 
 
-_STYLE = {"colwise": "ColwiseParallel", "colwise_rep": "ColwiseParallel", "local_colwise": "ColwiseParallel",
-          "rowwise": "RowwiseParallel", "rowwise_rep": "RowwiseParallel", "local_rowwise": "RowwiseParallel"}
+# Hugging Face tp_plan styles -> torch's parallel styles ("gather"/"rep": the output replicated, as
+# HF's colwise_gather_output head gathers the logits; "embedding_rowwise": vocab-parallel embedding).
+_STYLE = {"colwise", "colwise_rep", "local_colwise", "colwise_gather_output", "rowwise", "rowwise_rep",
+          "local_rowwise", "embedding_rowwise", "rowwise_split_input"}
 
 
 def hf_tp_plan(model) -> dict[str, str]:
@@ -225,12 +227,12 @@ def apply_tp(model, mesh, plan: dict[str, str]) -> None:
         rx = pattern.replace("*", "[0-9]*")
         for n in names:
             if fnmatch.fnmatchcase(n, rx):
-                if style == "colwise_rep":
+                if style.startswith("colwise") and ("rep" in style or "gather" in style):
                     styles[n] = ColwiseParallel(output_layouts=Replicate())
-                elif style == "rowwise_rep":
+                elif style in ("rowwise_rep", "embedding_rowwise"):
                     styles[n] = RowwiseParallel(input_layouts=Replicate())
                 else:
-                    styles[n] = ColwiseParallel() if style.endswith("colwise") else RowwiseParallel()
+                    styles[n] = ColwiseParallel() if "colwise" in style else RowwiseParallel()
     if not styles:
         raise EstimateError("--tp > 1 needs a tensor-parallel plan: the model has no Hugging Face tp_plan "
                             "(config.base_model_tp_plan); use a module:function entry point that applies its own "
