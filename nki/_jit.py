@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from ._trace import (MemoryRegion, NKIObject, NkiTensor, NkiValidationError, Trace, _core, normalize_dtype,
                      set_current, tensors_in, tracing)
 
-_NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "int16": "int16",
-                 "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "bool_", "bfloat16": "bfloat16",
-                 "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "float8_e4m3": "float8_e4m3"}
+from ._dtypes import NUMPY_DTYPES as _NUMPY_DTYPES
+from ._dtypes import numpy_dtype as _numpy_dtype
+from ._dtypes import torch_dtype as _torch_dtype
 
 
 def _target_from_env() -> str:
@@ -340,29 +340,6 @@ def _symbolic(tensors) -> bool:
     from torch._subclasses.fake_tensor import is_fake
 
     return any(t.value.is_meta or is_fake(t.value) for t in tensors)
-
-
-def _torch_dtype(dtype: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-            "tfloat32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
-            # torch's only e4m3 type; the two encodings agree on every value up to 240
-            "float8_e4m3": torch.float8_e4m3fn,
-            "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "uint16": torch.uint16,
-            "int32": torch.int32, "uint32": torch.uint32, "bool_": torch.bool}[dtype]
-
-
-def _numpy_dtype(dtype: str):
-    import numpy as np
-
-    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3"):
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise TypeError(f"numpy has no {dtype}; install ml_dtypes, or call the kernel with torch tensors") from None
-        return getattr(ml_dtypes, dtype)
-    return np.dtype({"bool_": "bool", "tfloat32": "float32"}.get(dtype, dtype))
 
 
 def jit(func=None, **options):

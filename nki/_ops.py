@@ -1,26 +1,25 @@
 """Operator codes: which ``nl`` function stands for which ALU operator or activation function
-when passed as ``op`` to an ``nki.isa`` instruction (numbering: csrc/nki/ir.h, Alu and Act)."""
+when passed as ``op`` to an ``nki.isa`` instruction. Codes come from the C++ core by name
+(csrc/nki/ir.h, Alu and Act); nothing is numbered here."""
 
 from __future__ import annotations
 
-(ADD, SUBTRACT, MULTIPLY, DIVIDE, MAXIMUM, MINIMUM, POWER, ABS_MAX, ABS_MIN, EQUAL, NOT_EQUAL, GREATER,
- GREATER_EQUAL, LESS, LESS_EQUAL, LOGICAL_AND, LOGICAL_OR, LOGICAL_XOR, BITWISE_AND, BITWISE_OR, BITWISE_XOR,
- LEFT_SHIFT, RIGHT_SHIFT, ABS, SQUARE, RELU, RSQRT, RECIPROCAL, BYPASS, AVERAGE) = range(30)
-_UNARY = {ABS, SQUARE, RELU, RSQRT, RECIPROCAL, BYPASS}
+from . import _core
 
-(A_COPY, A_EXP, A_LOG, A_TANH, A_SIGMOID, A_RELU, A_GELU, A_GELU_TANH, A_GELU_SIGMOID, A_SILU, A_SQRT, A_RSQRT,
- A_RECIPROCAL, A_SQUARE, A_ABS, A_SIGN, A_SIN, A_COS, A_ARCTAN, A_SOFTPLUS, A_MISH, A_ERF, A_GELU_DX, A_SILU_DX,
- A_ERF_DX, A_NEGATIVE) = range(26)
+ALU_CODE: dict[str, int] = dict(_core.ALU_OPS)  # "add" -> code
+ACT_CODE: dict[str, int] = dict(_core.ACTIVATIONS)  # "exp" -> code
+_UNARY = {ALU_CODE[n] for n in ("abs", "square", "relu", "rsqrt", "reciprocal", "bypass")}
 
 _alu: dict = {}
 _act: dict = {}
 
 
-def register(fn, alu: int | None = None, act: int | None = None):
+def register(fn, alu: str | None = None, act: str | None = None):
+    """``fn`` (an ``nl`` function) stands for the ALU operator and / or activation function named."""
     if alu is not None:
-        _alu[fn] = alu
+        _alu[fn] = ALU_CODE[alu]
     if act is not None:
-        _act[fn] = act
+        _act[fn] = ACT_CODE[act]
     return fn
 
 

@@ -16,6 +16,7 @@ import threading
 from typing import Sequence
 
 from . import _core  # the C++ core (csrc/python/nki_core.cpp); links no torch
+from ._dtypes import DTYPE_CODE, DTYPES, MX_DTYPES, is_integer, itemsize, normalize_dtype  # noqa: F401 - re-exported
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,34 +42,29 @@ class MemoryRegion(enum.Enum):
 
 ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
 
-# dtype strings, numbered as csrc/nki/ir.h numbers DType.
-DTYPES = ("float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
-          "int8", "uint8", "int16", "uint16", "int32", "uint32", "bool_")
-DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
-# Named by nki.language (kernels refer to them at import) but not simulated yet.
-MX_DTYPES = ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu")
-DTYPE_SIZE = {"float32": 4, "tfloat32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
-              "uint16": 2}
-_ALIASES = {"bool": "bool_", "float8_e4m3fnuz": None, "half": "float16", "float": "float32"}
+# The op table (csrc/nki/ir.h): per op name, its code and its int / float attributes as
+# (name, arity, group) in the order an instruction stores them.
+_OPS = {row["name"]: (row["code"], [(p["name"], p["arity"]) for p in row["ints"]],
+                      [(p["name"], p["arity"]) for p in row["floats"]]) for row in _core.OP_TABLE}
 
 
-def normalize_dtype(dtype) -> str:
-    """An NKI dtype string from an nl dtype, a numpy dtype or a torch dtype."""
-    if isinstance(dtype, str) and dtype in DTYPE_CODE:
-        return dtype
-    name = getattr(dtype, "name", None) or str(dtype)
-    name = name.replace("torch.", "")
-    name = _ALIASES.get(name, name)
-    if name in DTYPE_CODE:
-        return name
-    if name in MX_DTYPES:
-        raise NotImplementedError(f"{name}: the packed MX dtypes (and nc_matmul_mx / quantize_mx that use them) are "
-                                  "not supported by this simulator yet")
-    raise TypeError(f"{dtype!r} is not an NKI dtype; NKI has {', '.join(DTYPES)} (no 64-bit types)")
-
-
-def itemsize(dtype: str) -> int:
-    return DTYPE_SIZE.get(dtype, 1)
+def _layout(op: str, params, values: dict, conv) -> list:
+    """Attribute values in the order the op table stores them; a variadic one is a sequence, and
+    optional ones left out stop the list."""
+    names = {n for n, _ in params}
+    if not names.issuperset(values):
+        raise TypeError(f"nki: {op} has no attribute(s) {sorted(set(values) - names)}")
+    out = []
+    for name, arity in params:
+        if name not in values:
+            if arity == "one":
+                raise TypeError(f"nki: {op} needs its attribute {name!r}")
+            break
+        if arity == "variadic":
+            out.extend(conv(v) for v in values[name])
+        else:
+            out.append(conv(values[name]))
+    return out
 
 
 def source_location() -> tuple[str, int]:
@@ -105,10 +101,15 @@ class Trace:
             self.shared.append((tid, itemsize(dtype) * math.prod(shape)))
         return tid
 
-    def emit(self, op: int, args: Sequence, ints=(), floats=(), text: str = "") -> None:
+    def emit(self, op: str, args: Sequence, ints: dict | None = None, floats: dict | None = None,
+             text: str = "") -> None:
+        """Records instruction ``op`` (its nki.isa name): operands in the op table's order (None:
+        absent), attributes by their names in the op table."""
+        code, int_params, float_params = _OPS[op]
         file, line = source_location()
         accesses = [a._access() if a is not None else (-1, 0, [], -1, 0, 0, 0, False) for a in args]
-        self.builder.instr(op, accesses, [int(i) for i in ints], [float(f) for f in floats], file, line, text)
+        self.builder.instr(code, accesses, _layout(op, int_params, ints or {}, int),
+                           _layout(op, float_params, floats or {}, float), file, line, text)
 
 
 _local = threading.local()
@@ -359,16 +360,12 @@ class NkiTensor(NKIObject):
         return self._view([s for s, _ in kept], [st for _, st in kept], offset)
 
     def __setitem__(self, key, value):
-        from . import isa
-
+        """``t[key] = value``: nisa.tensor_copy on chip, nisa.dma_copy to or from HBM, nisa.memset for a number."""
         dst = self[key]
         if isinstance(value, NkiTensor):
-            if dst.on_chip and value.on_chip:
-                isa.tensor_copy(dst=dst, src=value)
-            else:
-                isa.dma_copy(dst=dst, src=value)
+            current().emit("tensor_copy" if dst.on_chip and value.on_chip else "dma_copy", [dst, value])
         else:
-            isa.memset(dst=dst, value=value)
+            current().emit("memset", [dst], floats={"value": memset_value(dst, value)})
 
     # ---- view methods ------------------------------------------------------------------------
     def _check_free(self, dim: int, what: str) -> int:
@@ -576,6 +573,18 @@ class NkiTensor(NKIObject):
                          [b // new for b in byte_strides] + [1], byte_offset // new, dtype, self.buffer, self.name)
 
     reinterpret_cast = view
+
+
+def memset_value(dst: NkiTensor, value) -> float:
+    """The value a memset of ``dst`` writes: a whole float (AWS's kernels fill integer tiles with
+    0.0) is that integer for an integer dtype; a fraction is an error."""
+    if isinstance(value, float) and is_integer(dst.dtype) and value == value and value not in (float("inf"),
+                                                                                                float("-inf")):
+        if not value.is_integer():
+            raise NkiValidationError(f"memset: value {value!r} is not a whole number but dst is {dst.dtype}; pass "
+                                     "an int", "dtype", *source_location())
+        value = int(value)
+    return float(value)
 
 
 def tensors_in(obj) -> list[NkiTensor]:

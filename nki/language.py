@@ -10,6 +10,7 @@ import os
 
 from . import _ops
 from . import isa as nisa
+from ._dtypes import NUMPY_DTYPES, is_integer
 from ._trace import MemoryRegion, NKIObject, NkiTensor, _core, current, ds, normalize_dtype
 
 # ---- memories --------------------------------------------------------------------------------
@@ -110,11 +111,10 @@ tile_size = _TileSize()
 
 
 def _facts() -> dict:
-    from ._jit import _target_from_env
-    from ._trace import _core, _local
+    from ._trace import _local
 
     t = getattr(_local, "trace", None)
-    return t.facts if t is not None else _core.target_facts(_target_from_env())
+    return t.facts if t is not None else _core.target_facts(_core.target_from_env())
 
 
 # ---- creation --------------------------------------------------------------------------------
@@ -131,13 +131,13 @@ def full(shape, fill_value, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
 
 def zeros(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
     t = ndarray(shape, dtype, buffer, name)
-    nisa.memset(dst=t, value=0 if normalize_dtype(dtype).startswith(("int", "uint", "bool")) else 0.0)
+    nisa.memset(dst=t, value=0 if is_integer(normalize_dtype(dtype)) else 0.0)
     return t
 
 
 def ones(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
     t = ndarray(shape, dtype, buffer, name)
-    nisa.memset(dst=t, value=1 if normalize_dtype(dtype).startswith(("int", "uint", "bool")) else 1.0)
+    nisa.memset(dst=t, value=1 if is_integer(normalize_dtype(dtype)) else 1.0)
     return t
 
 
@@ -171,15 +171,13 @@ def shared_constant(constant) -> NkiTensor:
             raise ValueError(f"shared_constant: cannot load {os.fspath(constant)!r} as a .npy array: {e}") from None
     if not isinstance(constant, np.ndarray):
         raise TypeError(f"shared_constant takes a numpy array or a .npy path, got {type(constant).__name__}")
-    from ._jit import _NUMPY_DTYPES
-
-    if constant.dtype.name not in _NUMPY_DTYPES:
+    if constant.dtype.name not in NUMPY_DTYPES:
         raise TypeError(f"shared_constant: numpy dtype {constant.dtype.name} has no NKI type; NKI has no 64-bit "
                         "types: convert to float32/int32 first")
     data = np.ascontiguousarray(constant).copy()
     data.setflags(write=False)
     tr = current()
-    t = NkiTensor.declare(data.shape, _NUMPY_DTYPES[data.dtype.name], shared_hbm, "shared_constant")
+    t = NkiTensor.declare(data.shape, NUMPY_DTYPES[data.dtype.name], shared_hbm, "shared_constant")
     tr.constants.append((t._tid, data))
     return t
 
@@ -250,7 +248,7 @@ def device_print(print_prefix: str, tensor) -> None:
     if math.prod(t.grid) > 1:
         pid, grid = (t.program_id[0], t.grid[0]) if len(t.grid) == 1 else (t.program_id, t.grid)
         label = f"[program {pid} of {grid}] {print_prefix}"
-    t.emit(nisa._DEVICE_PRINT, [tensor], text=label)
+    t.emit("device_print", [tensor], text=label)
 
 
 def _write_device_print(label: str, dtype: str, shape, values: bytes) -> None:
@@ -295,41 +293,44 @@ def _binary(op_fn, x, y, dtype):
     return out
 
 
-def _define_binary(name: str, code: int):
+def _define_binary(name: str):
+    """``nl.<name>``: the element-wise function, and as an ``op`` the ALU operator of that name."""
     def fn(x, y, dtype=None):
         return _binary(fn, x, y, dtype)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Element-wise ``{name}(x, y)`` in fp32; the result is a new SBUF tile."
-    return _ops.register(fn, alu=code)
+    return _ops.register(fn, alu=name)
 
 
-add = _define_binary("add", _ops.ADD)
-subtract = _define_binary("subtract", _ops.SUBTRACT)
-multiply = _define_binary("multiply", _ops.MULTIPLY)
-divide = _define_binary("divide", _ops.DIVIDE)
-maximum = _define_binary("maximum", _ops.MAXIMUM)
-minimum = _define_binary("minimum", _ops.MINIMUM)
-power = _define_binary("power", _ops.POWER)
-abs_max = _define_binary("abs_max", _ops.ABS_MAX)
-abs_min = _define_binary("abs_min", _ops.ABS_MIN)
-equal = _define_binary("equal", _ops.EQUAL)
-not_equal = _define_binary("not_equal", _ops.NOT_EQUAL)
-greater = _define_binary("greater", _ops.GREATER)
-greater_equal = _define_binary("greater_equal", _ops.GREATER_EQUAL)
-less = _define_binary("less", _ops.LESS)
-less_equal = _define_binary("less_equal", _ops.LESS_EQUAL)
-logical_and = _define_binary("logical_and", _ops.LOGICAL_AND)
-logical_or = _define_binary("logical_or", _ops.LOGICAL_OR)
-logical_xor = _define_binary("logical_xor", _ops.LOGICAL_XOR)
-bitwise_and = _define_binary("bitwise_and", _ops.BITWISE_AND)
-bitwise_or = _define_binary("bitwise_or", _ops.BITWISE_OR)
-bitwise_xor = _define_binary("bitwise_xor", _ops.BITWISE_XOR)
-left_shift = _define_binary("left_shift", _ops.LEFT_SHIFT)
-right_shift = _define_binary("right_shift", _ops.RIGHT_SHIFT)
+add = _define_binary("add")
+subtract = _define_binary("subtract")
+multiply = _define_binary("multiply")
+divide = _define_binary("divide")
+maximum = _define_binary("maximum")
+minimum = _define_binary("minimum")
+power = _define_binary("power")
+abs_max = _define_binary("abs_max")
+abs_min = _define_binary("abs_min")
+equal = _define_binary("equal")
+not_equal = _define_binary("not_equal")
+greater = _define_binary("greater")
+greater_equal = _define_binary("greater_equal")
+less = _define_binary("less")
+less_equal = _define_binary("less_equal")
+logical_and = _define_binary("logical_and")
+logical_or = _define_binary("logical_or")
+logical_xor = _define_binary("logical_xor")
+bitwise_and = _define_binary("bitwise_and")
+bitwise_or = _define_binary("bitwise_or")
+bitwise_xor = _define_binary("bitwise_xor")
+left_shift = _define_binary("left_shift")
+right_shift = _define_binary("right_shift")
 
 
-def _define_unary(name: str, act_code: int, alu_code: int | None = None):
+def _define_unary(name: str):
+    """``nl.<name>``: the element-wise function, and as an ``op`` the activation function of that
+    name (and the unary ALU operator, where there is one: abs, square, relu, rsqrt, reciprocal)."""
     def fn(x, dtype=None):
         out = _result_like(x, dtype)
         nisa.activation(dst=out, op=fn, data=x)
@@ -337,37 +338,37 @@ def _define_unary(name: str, act_code: int, alu_code: int | None = None):
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Element-wise ``{name}(x)`` on the Scalar engine; the result is a new SBUF tile."
-    return _ops.register(fn, alu=alu_code, act=act_code)
+    return _ops.register(fn, alu=name if name in _ops.ALU_CODE else None, act=name)
 
 
-exp = _define_unary("exp", _ops.A_EXP)
-log = _define_unary("log", _ops.A_LOG)
-tanh = _define_unary("tanh", _ops.A_TANH)
-sigmoid = _define_unary("sigmoid", _ops.A_SIGMOID)
-relu = _define_unary("relu", _ops.A_RELU, _ops.RELU)
-gelu = _define_unary("gelu", _ops.A_GELU)
-gelu_apprx_tanh = _define_unary("gelu_apprx_tanh", _ops.A_GELU_TANH)
-gelu_apprx_sigmoid = _define_unary("gelu_apprx_sigmoid", _ops.A_GELU_SIGMOID)
-gelu_dx = _define_unary("gelu_dx", _ops.A_GELU_DX)
-silu = _define_unary("silu", _ops.A_SILU)
-silu_dx = _define_unary("silu_dx", _ops.A_SILU_DX)
-sqrt = _define_unary("sqrt", _ops.A_SQRT)
-rsqrt = _define_unary("rsqrt", _ops.A_RSQRT, _ops.RSQRT)
-reciprocal = _define_unary("reciprocal", _ops.A_RECIPROCAL, _ops.RECIPROCAL)
-square = _define_unary("square", _ops.A_SQUARE, _ops.SQUARE)
-abs = _define_unary("abs", _ops.A_ABS, _ops.ABS)  # noqa: A001 - NKI's name
-sign = _define_unary("sign", _ops.A_SIGN)
-sin = _define_unary("sin", _ops.A_SIN)
-cos = _define_unary("cos", _ops.A_COS)
-arctan = _define_unary("arctan", _ops.A_ARCTAN)
-softplus = _define_unary("softplus", _ops.A_SOFTPLUS)
-mish = _define_unary("mish", _ops.A_MISH)
-erf = _define_unary("erf", _ops.A_ERF)
-erf_dx = _define_unary("erf_dx", _ops.A_ERF_DX)
-negative = _define_unary("negative", _ops.A_NEGATIVE)
-bypass = _ops.register(lambda x: x, alu=_ops.BYPASS)
+exp = _define_unary("exp")
+log = _define_unary("log")
+tanh = _define_unary("tanh")
+sigmoid = _define_unary("sigmoid")
+relu = _define_unary("relu")
+gelu = _define_unary("gelu")
+gelu_apprx_tanh = _define_unary("gelu_apprx_tanh")
+gelu_apprx_sigmoid = _define_unary("gelu_apprx_sigmoid")
+gelu_dx = _define_unary("gelu_dx")
+silu = _define_unary("silu")
+silu_dx = _define_unary("silu_dx")
+sqrt = _define_unary("sqrt")
+rsqrt = _define_unary("rsqrt")
+reciprocal = _define_unary("reciprocal")
+square = _define_unary("square")
+abs = _define_unary("abs")  # noqa: A001 - NKI's name
+sign = _define_unary("sign")
+sin = _define_unary("sin")
+cos = _define_unary("cos")
+arctan = _define_unary("arctan")
+softplus = _define_unary("softplus")
+mish = _define_unary("mish")
+erf = _define_unary("erf")
+erf_dx = _define_unary("erf_dx")
+negative = _define_unary("negative")
+bypass = _ops.register(lambda x: x, alu="bypass")
 bypass.__name__ = "bypass"
-average = _ops.register(lambda x: x, alu=_ops.AVERAGE)
+average = _ops.register(lambda x: x, alu="average")
 average.__name__ = "average"
 
 
@@ -378,7 +379,7 @@ def copy(x: NkiTensor, dtype=None) -> NkiTensor:
     return out
 
 
-_ops.register(copy, act=_ops.A_COPY)
+_ops.register(copy, act="copy")
 
 
 # ---- reductions --------------------------------------------------------------------------------
@@ -406,8 +407,8 @@ sum = _define_reduce("sum", add)  # noqa: A001 - NKI's name
 prod = _define_reduce("prod", multiply)
 max = _define_reduce("max", maximum)  # noqa: A001
 min = _define_reduce("min", minimum)  # noqa: A001
-_ops.register(max, alu=_ops.MAXIMUM)
-_ops.register(min, alu=_ops.MINIMUM)
+_ops.register(max, alu="maximum")
+_ops.register(min, alu="minimum")
 all = _define_reduce("all", logical_and)  # noqa: A001
 
 

@@ -37,10 +37,11 @@ void Program::State::exec_dma(const Instr& in) {
     }
     case Op::kDmaCompute: {  // dst = sum of scale * src, in fp32
       std::vector<float>& acc = buf[4];
+      const std::vector<double> scales = float_tail(in, "scales");
       acc.assign(a[0].elements(), 0.0f);
       for (size_t i = 1; i < a.size(); ++i) {
         const float* v = gather(a[i], 0);
-        const float scale = static_cast<float>(in.floats.at(i - 1));
+        const float scale = static_cast<float>(scales.at(i - 1));
         for (size_t e = 0; e < acc.size(); ++e) acc[e] += v[e] * scale;
       }
       scatter(a[0], acc.data());

@@ -11,19 +11,20 @@
 
 namespace neuron::nki {
 
-void Program::State::affine(const Instr& in, int first_pair, const Access& dst, std::vector<float>& out) {
+void Program::State::affine(const Instr& in, const Access& dst, std::vector<float>& out) {
   std::vector<int64_t>& v = ibuf[1];
-  affine_int(in, first_pair, dst, v);
+  affine_int(in, dst, v);
   out.resize(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
 }
 
 // iota's value per element, computed in int32 (wrapping) as GpSimd does.
-void Program::State::affine_int(const Instr& in, int first_pair, const Access& dst, std::vector<int64_t>& out) {
+void Program::State::affine_int(const Instr& in, const Access& dst, std::vector<int64_t>& out) {
   const int64_t P = dst.partitions(), F = dst.free_elements();
-  const int64_t offset = in.ints[first_pair - 2], cm = in.ints[first_pair - 1];
+  const int64_t offset = int_attr(in, "offset"), cm = int_attr(in, "channel_multiplier");
+  const std::vector<int64_t> flat = int_tail(in, "pattern");
   std::vector<std::pair<int64_t, int64_t>> pat;  // (step, num), outermost first
-  for (size_t i = first_pair; i + 1 < in.ints.size(); i += 2) pat.emplace_back(in.ints[i], in.ints[i + 1]);
+  for (size_t i = 0; i + 1 < flat.size(); i += 2) pat.emplace_back(flat[i], flat[i + 1]);
   out.resize(P * F);
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t f = 0; f < F; ++f) {
@@ -42,24 +43,24 @@ void Program::State::exec_gpsimd(const Instr& in) {
   switch (in.op) {
     case Op::kIota:
       if (!is_float(dt(a[0]))) {
-        affine_int(in, 2, a[0], ibuf[0]);
+        affine_int(in, a[0], ibuf[0]);
         scatter_int(a[0], ibuf[0].data(), true);
         return;
       }
-      affine(in, 2, a[0], buf[0]);
+      affine(in, a[0], buf[0]);
       scatter(a[0], buf[0].data());
       return;
     case Op::kAffineSelect: {
-      affine(in, 3, a[0], buf[4]);
-      const Alu cmp = static_cast<Alu>(in.ints[0]);
+      affine(in, a[0], buf[4]);
+      const Alu cmp = static_cast<Alu>(int_attr(in, "cmp_op"));
       float* t = gather(a[1], 1);
-      const float f = static_cast<float>(in.floats.at(0));
+      const float f = static_cast<float>(float_attr(in, "on_false_value"));
       for (size_t i = 0; i < buf[4].size(); ++i) t[i] = alu(cmp, buf[4][i], 0.0f) != 0 ? t[i] : f;
       scatter(a[0], t);
       return;
     }
     case Op::kPartitionReduce: {
-      const Alu op = static_cast<Alu>(in.ints[0]);
+      const Alu op = static_cast<Alu>(int_attr(in, "op"));
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       const float* x = gather(a[1], 0);
       std::vector<float>& out = buf[1];
@@ -93,7 +94,7 @@ void Program::State::exec_gpsimd(const Instr& in) {
     }
     case Op::kLocalGather: {
       const int64_t P = a[1].partitions(), Fs = a[1].free_elements(), Fi = a[2].free_elements();
-      const int64_t n_elem = in.ints.at(0), valid = in.ints.at(1);
+      const int64_t n_elem = int_attr(in, "num_elem_per_idx"), valid = int_attr(in, "num_valid_indices");
       const size_t es = dtype_size(dt(a[1]));
       gather_raw(a[1], raw_[1]);
       const int64_t* idx = gather_int(a[2], ibuf[0]);
@@ -127,7 +128,7 @@ void Program::State::exec_gpsimd(const Instr& in) {
       const int64_t first = a[1].offset / p.k_.tensors[a[1].tensor].partition_elements();
       const float* src = gather(a[1], 0);
       int64_t* out = gather_int(a[0], ibuf[0]);
-      const int64_t index_offset = in.ints.at(0), padding = in.ints.at(1);
+      const int64_t index_offset = int_attr(in, "index_offset"), padding = int_attr(in, "padding_val");
       for (int64_t q = 0; q < P; ++q) {
         if ((first + q) % 16 != 0) continue;
         int64_t* row = out + q * (T + 1);

@@ -14,10 +14,10 @@ void Program::State::exec_scalar(const Instr& in) {
     case Op::kActivation: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       float* x = gather(a[1], 0);
-      const Act fn = static_cast<Act>(in.ints[0]);
-      const int64_t cmd = in.ints[1];
-      const std::vector<float> bias = column(a[2], in.floats.at(1), P, 1);
-      const std::vector<float> scale = column(a[3], in.floats.at(0), P, 2);
+      const Act fn = static_cast<Act>(int_attr(in, "op"));
+      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const std::vector<float> bias = column(a[2], float_attr(in, "bias"), P, 1);
+      const std::vector<float> scale = column(a[3], float_attr(in, "scale"), P, 2);
       if (cmd == 1 || cmd == 3) std::fill(act_regs, act_regs + 128, 0.0f);
       for (int64_t p = 0; p < P; ++p) {
         float* r = x + p * F;
@@ -34,14 +34,15 @@ void Program::State::exec_scalar(const Instr& in) {
     }
     case Op::kActivate2: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const Act fn = static_cast<Act>(in.ints.at(0));
-      const Alu op0 = static_cast<Alu>(in.ints.at(1)), op1 = static_cast<Alu>(in.ints.at(2));
-      const bool rev0 = in.ints.at(3), rev1 = in.ints.at(4);
-      const bool has_reduce = in.ints.at(5) >= 0;
-      const Alu rop = has_reduce ? static_cast<Alu>(in.ints.at(5)) : Alu::kAdd;
-      const int64_t cmd = in.ints.at(6);
+      const Act fn = static_cast<Act>(int_attr(in, "op"));
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), op1 = static_cast<Alu>(int_attr(in, "op1"));
+      const bool rev0 = int_attr(in, "reverse0"), rev1 = int_attr(in, "reverse1");
+      const bool has_reduce = int_attr(in, "reduce_op") >= 0;
+      const Alu rop = has_reduce ? static_cast<Alu>(int_attr(in, "reduce_op")) : Alu::kAdd;
+      const int64_t cmd = int_attr(in, "reduce_cmd");
       float* x = gather(a[1], 0);
-      const std::vector<float> i0 = column(a[2], in.floats.at(0), P, 1), i1 = column(a[3], in.floats.at(1), P, 2);
+      const std::vector<float> i0 = column(a[2], float_attr(in, "imm0"), P, 1);
+      const std::vector<float> i1 = column(a[3], float_attr(in, "imm1"), P, 2);
       acc_start(act_regs, cmd, rop, {}, P);
       auto stage = [](Alu op, float v, float imm, bool rev) {
         return op == Alu::kBypass ? v : rev ? alu(op, imm, v) : alu(op, v, imm);

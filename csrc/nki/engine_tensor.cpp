@@ -44,7 +44,7 @@ void Program::State::matmul(const Instr& in) {
     bool add = false, direct = false;
     int64_t ldd = 0;
     if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {
-      const int64_t acc_mode = in.ints.empty() ? -1 : in.ints[0];
+      const int64_t acc_mode = int_attr(in, "accumulate", -1);
       uint8_t* w = written_flags(dst.tensor) + (d - reinterpret_cast<float*>(base(dst.tensor)));
       bool all = true, none = true;
       for (int64_t m = 0; m < M && (all || none); ++m) {
@@ -110,7 +110,7 @@ void Program::State::pack_pairs(const Access& a, int64_t K, int64_t X, std::vect
 void Program::State::accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N) {
   // PSUM: accumulate=None -> the first matmul write to an element overwrites it, later
   // ones add; accumulate=False always overwrites, True always adds.
-  const int64_t acc = in.ints.empty() ? -1 : in.ints[0];
+  const int64_t acc = int_attr(in, "accumulate", -1);
   uint8_t* flags = written_flags(dst.tensor);
   int64_t ldd;
   if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {  // fp32 PSUM: update in place

@@ -38,17 +38,17 @@ void Program::State::exec_vector(const Instr& in) {
     case Op::kMemset: {
       if (!is_float(dt(a[0]))) {  // integers exactly (a float would round above 2**24)
         std::vector<int64_t>& v = ibuf[0];
-        v.assign(a[0].elements(), static_cast<int64_t>(std::nearbyint(in.floats.at(0))));
+        v.assign(a[0].elements(), static_cast<int64_t>(std::nearbyint(float_attr(in, "value"))));
         scatter_int(a[0], v.data(), false);
         return;
       }
       std::vector<float>& v = buf[0];
-      v.assign(a[0].elements(), static_cast<float>(in.floats.at(0)));
+      v.assign(a[0].elements(), static_cast<float>(float_attr(in, "value")));
       scatter(a[0], v.data());
       return;
     }
     case Op::kTensorTensor: {
-      const Alu op = static_cast<Alu>(in.ints[0]);
+      const Alu op = static_cast<Alu>(int_attr(in, "op"));
       if (!is_float(dt(a[0])) && !is_float(dt(a[1])) && !is_float(dt(a[2]))) {  // integers: exact
         int64_t* x = gather_int(a[1], ibuf[0]);
         const int64_t* y = gather_int(a[2], ibuf[1]);
@@ -71,11 +71,11 @@ void Program::State::exec_vector(const Instr& in) {
     case Op::kTensorScalar: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       if (!is_float(dt(a[0])) && !is_float(dt(a[1])) && !a[2].present() && !a[3].present()) {
-        const Alu op0 = static_cast<Alu>(in.ints[0]);
-        const bool rev0 = in.ints[1], has1 = in.ints[2] >= 0, rev1 = in.ints[3];
-        const Alu op1 = has1 ? static_cast<Alu>(in.ints[2]) : Alu::kBypass;
-        const int64_t v0 = static_cast<int64_t>(std::nearbyint(in.floats.at(0)));
-        const int64_t v1 = static_cast<int64_t>(std::nearbyint(in.floats.at(1)));
+        const Alu op0 = static_cast<Alu>(int_attr(in, "op0"));
+        const bool rev0 = int_attr(in, "reverse0"), has1 = int_attr(in, "op1") >= 0, rev1 = int_attr(in, "reverse1");
+        const Alu op1 = has1 ? static_cast<Alu>(int_attr(in, "op1")) : Alu::kBypass;
+        const int64_t v0 = static_cast<int64_t>(std::nearbyint(float_attr(in, "operand0")));
+        const int64_t v1 = static_cast<int64_t>(std::nearbyint(float_attr(in, "operand1")));
         int64_t* x = gather_int(a[1], ibuf[0]);
         for (int64_t i = 0; i < P * F; ++i) {
           int64_t t = alu_unary(op0) ? alu_int(op0, x[i], 0) : rev0 ? alu_int(op0, v0, x[i]) : alu_int(op0, x[i], v0);
@@ -86,13 +86,13 @@ void Program::State::exec_vector(const Instr& in) {
         return;
       }
       float* x = gather(a[1], 0);
-      const Alu op0 = static_cast<Alu>(in.ints[0]);
-      const bool rev0 = in.ints[1];
-      const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
-      const bool has1 = in.ints[2] >= 0;
-      const Alu op1 = has1 ? static_cast<Alu>(in.ints[2]) : Alu::kBypass;
-      const bool rev1 = in.ints[3];
-      const std::vector<float> c1 = column(a[3], in.floats.at(1), P, 1);
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0"));
+      const bool rev0 = int_attr(in, "reverse0");
+      const std::vector<float> c0 = column(a[2], float_attr(in, "operand0"), P, 1);
+      const bool has1 = int_attr(in, "op1") >= 0;
+      const Alu op1 = has1 ? static_cast<Alu>(int_attr(in, "op1")) : Alu::kBypass;
+      const bool rev1 = int_attr(in, "reverse1");
+      const std::vector<float> c1 = column(a[3], float_attr(in, "operand1"), P, 1);
       for (int64_t p = 0; p < P; ++p) {
         float* r = x + p * F;
         const float v0 = c0[p], v1 = c1[p];
@@ -106,9 +106,9 @@ void Program::State::exec_vector(const Instr& in) {
       return;
     }
     case Op::kTensorReduce: {
-      const Alu op = static_cast<Alu>(in.ints[0]);
-      const bool negate = in.ints[1];
-      const int64_t naxes = static_cast<int64_t>(in.ints.size()) - 2;
+      const Alu op = static_cast<Alu>(int_attr(in, "op"));
+      const bool negate = int_attr(in, "negate");
+      const int64_t naxes = static_cast<int64_t>(int_tail(in, "axis").size());
       int64_t R = 1;
       for (int64_t i = 0; i < naxes; ++i) R *= a[1].dims[a[1].dims.size() - 1 - i].size;
       const float* x = gather(a[1], 0);
@@ -132,9 +132,9 @@ void Program::State::exec_vector(const Instr& in) {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       float* x = gather(a[1], 0);
       const float* y = gather(a[2], 1);
-      const Alu op0 = static_cast<Alu>(in.ints[0]), op1 = static_cast<Alu>(in.ints[1]);
-      const bool rev0 = in.ints[2], rev1 = in.ints[3];
-      const std::vector<float> init = column(a[3], in.floats.at(0), P, 2);
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), op1 = static_cast<Alu>(int_attr(in, "op1"));
+      const bool rev0 = int_attr(in, "reverse0"), rev1 = int_attr(in, "reverse1");
+      const std::vector<float> init = column(a[3], float_attr(in, "initial"), P, 2);
       for (int64_t p = 0; p < P; ++p) {
         float prev = init[p];
         for (int64_t f = 0; f < F; ++f) {
@@ -233,9 +233,9 @@ void Program::State::exec_vector(const Instr& in) {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       float* x = gather(a[1], 0);
       const float* y = gather(a[3], 1);
-      const Alu op0 = static_cast<Alu>(in.ints[0]), op1 = static_cast<Alu>(in.ints[1]);
-      const bool rev0 = in.ints[2], rev1 = in.ints[3];
-      const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 2);
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), op1 = static_cast<Alu>(int_attr(in, "op1"));
+      const bool rev0 = int_attr(in, "reverse0"), rev1 = int_attr(in, "reverse1");
+      const std::vector<float> c0 = column(a[2], float_attr(in, "operand0"), P, 2);
       for (int64_t p = 0; p < P; ++p) {
         for (int64_t f = 0; f < F; ++f) {
           const int64_t i = p * F + f;
@@ -250,7 +250,7 @@ void Program::State::exec_vector(const Instr& in) {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       const float* pred = gather(a[1], 0);
       float* t = gather(a[2], 1);
-      const std::vector<float> f = column(a.size() > 3 ? a[3] : Access{}, in.floats.at(0), P, 2);
+      const std::vector<float> f = column(a[3], float_attr(in, "on_false"), P, 2);
       for (int64_t p = 0; p < P; ++p)
         for (int64_t j = 0; j < F; ++j) t[p * F + j] = pred[p * F + j] != 0 ? t[p * F + j] : f[p];
       scatter(a[0], t);
@@ -258,7 +258,7 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kCopyPredicated: {
       const int64_t n = a[0].elements();
-      const bool rev = in.ints.at(0);
+      const bool rev = int_attr(in, "reverse_pred");
       std::vector<int64_t>& pred = ibuf[1];
       gather_int(a[2], pred);
       gather_raw(a[0], raw_[0]);
@@ -266,12 +266,12 @@ void Program::State::exec_vector(const Instr& in) {
       if (a[1].present()) {
         gather_raw(a[1], raw_[1]);  // same dtype: bits move unchanged
       } else {
-        std::vector<float> imm(n, static_cast<float>(in.floats.at(0)));
+        std::vector<float> imm(n, static_cast<float>(float_attr(in, "src")));
         raw_[1].resize(n * es);
         if (is_float(dt(a[0]))) {
           encode_run(dt(a[0]), imm.data(), n, raw_[1].data(), 1);
         } else {
-          std::vector<int64_t> iv(n, static_cast<int64_t>(std::nearbyint(in.floats.at(0))));
+          std::vector<int64_t> iv(n, static_cast<int64_t>(std::nearbyint(float_attr(in, "src"))));
           encode_int_run(dt(a[0]), iv.data(), n, raw_[1].data(), 1, false);
         }
       }
@@ -283,11 +283,11 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kSelectReduce: {
       const int64_t P = a[2].partitions(), F = a[2].free_elements();
-      const int64_t cmd = in.ints.at(0);
-      const bool rev = in.ints.at(1);
+      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const bool rev = int_attr(in, "reverse_pred");
       const float* pred = gather(a[1], 0);
       float* t = gather(a[2], 1);
-      const std::vector<float> f = column(a[3], in.floats.at(0), P, 2);
+      const std::vector<float> f = column(a[3], float_attr(in, "on_false"), P, 2);
       acc_start(vec_regs, cmd, Alu::kMaximum, {}, P);
       for (int64_t p = 0; p < P; ++p) {
         for (int64_t j = 0; j < F; ++j) {
@@ -302,11 +302,11 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kRangeSelect: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const Alu c0 = static_cast<Alu>(in.ints.at(0)), c1 = static_cast<Alu>(in.ints.at(1));
-      const int64_t cmd = in.ints.at(2), start = in.ints.at(3);
+      const Alu c0 = static_cast<Alu>(int_attr(in, "comp_op0")), c1 = static_cast<Alu>(int_attr(in, "comp_op1"));
+      const int64_t cmd = int_attr(in, "reduce_cmd"), start = int_attr(in, "range_start");
       float* t = gather(a[1], 0);
       const std::vector<float> b0 = column(a[2], 0.0, P, 1), b1 = column(a[3], 0.0, P, 2);
-      const float fill = static_cast<float>(in.floats.at(0));
+      const float fill = static_cast<float>(float_attr(in, "on_false_value"));
       acc_start(vec_regs, cmd, Alu::kMaximum, {}, P);
       for (int64_t p = 0; p < P; ++p) {
         for (int64_t j = 0; j < F; ++j) {
@@ -322,11 +322,11 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kTensorScalarReduce: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const Alu op0 = static_cast<Alu>(in.ints.at(0)), rop = static_cast<Alu>(in.ints.at(1));
-      const int64_t cmd = in.ints.at(2);
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), rop = static_cast<Alu>(int_attr(in, "reduce_op"));
+      const int64_t cmd = int_attr(in, "reduce_cmd");
       float* x = gather(a[1], 0);
-      const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
-      acc_start(vec_regs, cmd, rop, column(a[4], in.floats.at(1), P, 2), P);
+      const std::vector<float> c0 = column(a[2], float_attr(in, "operand0"), P, 1);
+      acc_start(vec_regs, cmd, rop, column(a[4], float_attr(in, "reduce_init"), P, 2), P);
       for (int64_t p = 0; p < P; ++p) {
         for (int64_t j = 0; j < F; ++j) {
           float& v = x[p * F + j];
@@ -335,16 +335,17 @@ void Program::State::exec_vector(const Instr& in) {
         }
       }
       scatter(a[0], x);
-      acc_write(a[3], vec_regs, P, in.ints.at(3) != 0);
+      acc_write(a[3], vec_regs, P, int_attr(in, "reduce_res_negate") != 0);
       return;
     }
     case Op::kTensorScalarCumulative: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const Alu op0 = static_cast<Alu>(in.ints.at(0)), op1 = static_cast<Alu>(in.ints.at(1));
-      const int64_t cmd = in.ints.at(2);
+      const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), op1 = static_cast<Alu>(int_attr(in, "op1"));
+      const int64_t cmd = int_attr(in, "reduce_cmd");
       float* x = gather(a[1], 0);
-      const std::vector<float> c0 = column(a[2], in.floats.at(0), P, 1);
-      acc_start(vec_regs, cmd, op1 == Alu::kSubtract ? Alu::kAdd : op1, column(a[3], in.floats.at(1), P, 2), P);
+      const std::vector<float> c0 = column(a[2], float_attr(in, "imm0"), P, 1);
+      acc_start(vec_regs, cmd, op1 == Alu::kSubtract ? Alu::kAdd : op1, column(a[3], float_attr(in, "imm1"), P, 2),
+                P);
       for (int64_t p = 0; p < P; ++p) {
         float reg = vec_regs[p];
         for (int64_t j = 0; j < F; ++j) {
@@ -359,10 +360,10 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kExponential: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const int64_t cmd = in.ints.at(0);
+      const int64_t cmd = int_attr(in, "reduce_cmd");
       float* x = gather(a[1], 0);
-      const std::vector<float> m = column(a[2], in.floats.at(0), P, 1);
-      acc_start(vec_regs, cmd, Alu::kAdd, column(a[4], in.floats.at(1), P, 2), P);
+      const std::vector<float> m = column(a[2], float_attr(in, "max_value"), P, 1);
+      acc_start(vec_regs, cmd, Alu::kAdd, column(a[4], float_attr(in, "reduce_init"), P, 2), P);
       for (int64_t p = 0; p < P; ++p) {
         for (int64_t j = 0; j < F; ++j) {
           float& v = x[p * F + j];
@@ -378,7 +379,7 @@ void Program::State::exec_vector(const Instr& in) {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       float* x = gather(a[1], 0);
       const float* vals = gather(a[2], 1);
-      const float imm = static_cast<float>(in.floats.at(0));
+      const float imm = static_cast<float>(float_attr(in, "imm"));
       std::vector<float>& idx = buf[2];
       idx.assign(P * 8, 4294967295.0f);
       std::vector<uint8_t> replaced(F);
@@ -404,10 +405,11 @@ void Program::State::exec_vector(const Instr& in) {
       const int64_t Pd = a[0].partitions(), Ps = a[1].partitions();
       const size_t es = dtype_size(dt(a[0]));
       const int64_t row = a[0].free_elements() * es;
+      const std::vector<int64_t> mask = int_tail(in, "shuffle_mask");
       gather_raw(a[1], raw_[1]);  // before writing: in place is allowed
       gather_raw(a[0], raw_[0]);
       for (int64_t i = 0; i < Pd; ++i) {
-        const int64_t m = in.ints.at(i % 32);
+        const int64_t m = mask.at(i % 32);
         const int64_t from = i / 32 * 32 + m;
         if (m == 255 || from >= Ps) continue;
         std::memcpy(raw_[0].data() + i * row, raw_[1].data() + from * row, row);

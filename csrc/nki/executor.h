@@ -141,9 +141,9 @@ struct Program::State {
   std::vector<uint16_t> bits16_;
 
   // ---- GpSimd (engine_gpsimd.cpp) ----
-  // iota's value per element (the affine pattern starting at ints[first_pair - 2]).
-  void affine(const Instr& in, int first_pair, const Access& dst, std::vector<float>& out);
-  void affine_int(const Instr& in, int first_pair, const Access& dst, std::vector<int64_t>& out);
+  // iota's / affine_select's affine value per element (offset, channel_multiplier, pattern).
+  void affine(const Instr& in, const Access& dst, std::vector<float>& out);
+  void affine_int(const Instr& in, const Access& dst, std::vector<int64_t>& out);
 };
 
 }  // namespace neuron::nki

@@ -1,8 +1,10 @@
 #include "nki/ir.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "nki/numerics.h"
 #include "runtime/platform.h"
@@ -17,10 +19,227 @@ size_t dtype_size(DType d) {
   }
 }
 
-const char* dtype_name(DType d) {
-  static const char* names[] = {"float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn",
-                                "float8_e5m2", "int8", "uint8", "int16", "uint16", "int32", "uint32", "bool_"};
-  return names[static_cast<int>(d)];
+namespace {
+
+// Name tables, one name per enum value in enum order (ir.h).
+constexpr const char* kDTypeNames[] = {"float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn",
+                                       "float8_e5m2", "int8", "uint8", "int16", "uint16", "int32", "uint32", "bool_"};
+static_assert(std::size(kDTypeNames) == kNumDTypes, "one name per DType");
+
+constexpr const char* kAluNames[] = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "abs_max", "abs_min", "equal",
+    "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "abs", "square", "relu", "rsqrt",
+    "reciprocal", "bypass", "average"};
+static_assert(std::size(kAluNames) == kNumAlu, "one name per Alu");
+
+constexpr const char* kActNames[] = {
+    "copy", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "gelu_apprx_sigmoid", "silu",
+    "sqrt", "rsqrt", "reciprocal", "square", "abs", "sign", "sin", "cos", "arctan", "softplus", "mish", "erf",
+    "gelu_dx", "silu_dx", "erf_dx", "negative"};
+static_assert(std::size(kActNames) == kNumAct, "one name per Act");
+
+constexpr const char* kEngineNames[] = {"unknown", "tensor", "scalar", "gpsimd", "dma", "vector", "sync"};
+static_assert(std::size(kEngineNames) == kNumEngines, "one name per Engine");
+
+template <class E, size_t N>
+std::optional<E> find_name(const char* const (&names)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+constexpr Arity kOpt = Arity::kOptional;
+constexpr Arity kVar = Arity::kVariadic;
+
+// The op table, one row per Op in enum order (checked in op_info).
+const std::vector<OpInfo>& op_table() {
+  using E = Engine;
+  static const std::vector<OpInfo> table = {
+      {Op::kDmaCopy, "dma_copy", E::kDma, {{"dst"}, {"src"}}, {{"oob_mode", kOpt}}, {}},
+      {Op::kTensorCopy, "tensor_copy", E::kVector, {{"dst"}, {"src"}}, {{"engine", kOpt}}, {}},
+      {Op::kMemset, "memset", E::kVector, {{"dst"}}, {}, {{"value"}}},
+      {Op::kIota, "iota", E::kGpSimd, {{"dst"}}, {{"offset"}, {"channel_multiplier"}, {"pattern", kVar, 2}}, {}},
+      {Op::kMatmul, "nc_matmul", E::kTensor, {{"dst"}, {"stationary"}, {"moving"}},
+       {{"accumulate", kOpt}, {"is_transpose", kOpt}}, {}},
+      {Op::kTranspose, "nc_transpose", E::kTensor, {{"dst"}, {"data"}}, {{"engine", kOpt}}, {}},
+      {Op::kTensorTensor, "tensor_tensor", E::kVector, {{"dst"}, {"data1"}, {"data2"}}, {{"op"}, {"engine", kOpt}},
+       {}},
+      {Op::kTensorScalar, "tensor_scalar", E::kVector, {{"dst"}, {"data"}, {"operand0", kOpt}, {"operand1", kOpt}},
+       {{"op0"}, {"reverse0"}, {"op1"}, {"reverse1"}}, {{"operand0"}, {"operand1"}}},
+      {Op::kActivation, "activation", E::kScalar,
+       {{"dst"}, {"data"}, {"bias", kOpt}, {"scale", kOpt}, {"reduce_res", kOpt}}, {{"op"}, {"reduce_cmd"}},
+       {{"scale"}, {"bias"}}},
+      {Op::kTensorReduce, "tensor_reduce", E::kVector, {{"dst"}, {"data"}}, {{"op"}, {"negate"}, {"axis", kVar}}, {}},
+      {Op::kTensorTensorScan, "tensor_tensor_scan", E::kVector, {{"dst"}, {"data0"}, {"data1"}, {"initial", kOpt}},
+       {{"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}}, {{"initial"}}},
+      {Op::kAffineSelect, "affine_select", E::kGpSimd, {{"dst"}, {"on_true_tile"}},
+       {{"cmp_op"}, {"offset"}, {"channel_multiplier"}, {"pattern", kVar, 2}}, {{"on_false_value"}}},
+      {Op::kBnStats, "bn_stats", E::kVector, {{"dst"}, {"data"}}, {}, {}},
+      {Op::kBnAggr, "bn_aggr", E::kVector, {{"dst"}, {"data"}}, {}, {}},
+      {Op::kMax8, "max8", E::kVector, {{"dst"}, {"src"}}, {}, {}},
+      {Op::kFindIndex8, "nc_find_index8", E::kVector, {{"dst"}, {"data"}, {"vals"}}, {}, {}},
+      {Op::kReciprocal, "reciprocal", E::kVector, {{"dst"}, {"data"}}, {}, {}},
+      {Op::kPartitionReduce, "tensor_partition_reduce", E::kGpSimd, {{"dst"}, {"data"}}, {{"op"}}, {}},
+      {Op::kScalarTensorTensor, "scalar_tensor_tensor", E::kVector,
+       {{"dst"}, {"data"}, {"operand0", kOpt}, {"operand1"}}, {{"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}},
+       {{"operand0"}}},
+      {Op::kSelect, "select", E::kVector, {{"dst"}, {"predicate"}, {"on_true"}, {"on_false", kOpt}}, {},
+       {{"on_false"}}},
+      {Op::kCopyPredicated, "tensor_copy_predicated", E::kVector, {{"dst"}, {"src", kOpt}, {"predicate"}},
+       {{"reverse_pred"}}, {{"src"}}},
+      {Op::kSelectReduce, "select_reduce", E::kVector,
+       {{"dst"}, {"predicate"}, {"on_true"}, {"on_false", kOpt}, {"reduce_res", kOpt}},
+       {{"reduce_cmd"}, {"reverse_pred"}}, {{"on_false"}}},
+      {Op::kRangeSelect, "range_select", E::kVector,
+       {{"dst"}, {"on_true_tile"}, {"bound0"}, {"bound1"}, {"reduce_res", kOpt}},
+       {{"comp_op0"}, {"comp_op1"}, {"reduce_cmd"}, {"range_start"}}, {{"on_false_value"}}},
+      {Op::kTensorScalarReduce, "tensor_scalar_reduce", E::kVector,
+       {{"dst"}, {"data"}, {"operand0", kOpt}, {"reduce_res", kOpt}, {"reduce_init", kOpt}},
+       {{"op0"}, {"reduce_op"}, {"reduce_cmd"}, {"reduce_res_negate"}}, {{"operand0"}, {"reduce_init"}}},
+      {Op::kTensorScalarCumulative, "tensor_scalar_cumulative", E::kVector,
+       {{"dst"}, {"src"}, {"imm0", kOpt}, {"imm1", kOpt}}, {{"op0"}, {"op1"}, {"reduce_cmd"}},
+       {{"imm0"}, {"imm1"}}},
+      {Op::kExponential, "exponential", E::kVector,
+       {{"dst"}, {"src"}, {"max_value", kOpt}, {"reduce_res", kOpt}, {"reduce_init", kOpt}}, {{"reduce_cmd"}},
+       {{"max_value"}, {"reduce_init"}}},
+      {Op::kActivate2, "activate2", E::kScalar,
+       {{"dst"}, {"data"}, {"imm0", kOpt}, {"imm1", kOpt}, {"relu_param", kOpt}, {"reduce_res", kOpt}},
+       {{"op"}, {"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}, {"reduce_op"}, {"reduce_cmd"}},
+       {{"imm0"}, {"imm1"}, {"relu_param"}}},
+      {Op::kMatchReplace8, "nc_match_replace8", E::kVector, {{"dst"}, {"data"}, {"vals"}, {"dst_idx", kOpt}}, {},
+       {{"imm"}}},
+      {Op::kStreamShuffle, "nc_stream_shuffle", E::kVector, {{"dst"}, {"src"}}, {{"shuffle_mask", kVar}}, {}},
+      {Op::kDmaTranspose, "dma_transpose", E::kDma, {{"dst"}, {"src"}}, {{"dge_mode"}, {"axes", kVar}}, {}},
+      {Op::kNGather, "nc_n_gather", E::kGpSimd, {{"dst"}, {"data"}, {"indices"}}, {}, {}},
+      {Op::kLocalGather, "local_gather", E::kGpSimd, {{"dst"}, {"src_buffer"}, {"index"}},
+       {{"num_elem_per_idx"}, {"num_valid_indices"}}, {}},
+      {Op::kNonzeroWithCount, "nonzero_with_count", E::kGpSimd, {{"dst"}, {"src"}},
+       {{"index_offset"}, {"padding_val"}}, {}},
+      {Op::kDmaCompute, "dma_compute", E::kDma, {{"dst"}, {"srcs", kVar}}, {{"oob_mode", kOpt}},
+       {{"scales", kVar}}},
+      {Op::kSendRecv, "sendrecv", E::kDma, {{"dst"}, {"src"}}, {{"send_to_rank"}, {"recv_from_rank"}, {"pipe_id"}},
+       {}},
+      {Op::kCoreBarrier, "core_barrier", E::kSync, {{"data"}}, {{"cores", kVar}}, {}},
+      {Op::kDevicePrint, "device_print", E::kSync, {{"tensor"}}, {}, {}},
+  };
+  return table;
+}
+
+int index_of(const OpInfo& info, const std::vector<Param>& params, std::string_view name, const char* what) {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (name == params[i].name) return static_cast<int>(i);
+  throw std::logic_error(std::string("nki: ") + info.name + " has no " + what + " '" + std::string(name) + "'");
+}
+
+// Whether `n` values fit a parameter list: every kOne before the first absent one, optional
+// ones only at the end, a variadic tail in whole groups.
+std::string count_problem(const std::vector<Param>& params, size_t n, const char* what) {
+  size_t required = 0, fixed = 0;
+  const Param* tail = nullptr;
+  for (const Param& p : params) {
+    if (p.arity == Arity::kVariadic) {
+      tail = &p;
+      break;
+    }
+    ++fixed;
+    if (p.arity == Arity::kOne) required = fixed;
+  }
+  auto names = [&] {
+    std::string s;
+    for (const Param& p : params) {
+      s += (s.empty() ? "" : ", ") + std::string(p.name) + (p.arity == Arity::kOptional ? "?" : "") +
+           (p.arity == Arity::kVariadic ? "..." : "");
+    }
+    return s.empty() ? std::string("none") : s;
+  };
+  if (n < required || (!tail && n > fixed) || (tail && n > fixed && (n - fixed) % tail->group != 0)) {
+    return std::to_string(n) + " " + what + "; expected " + names();
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* dtype_name(DType d) { return kDTypeNames[static_cast<int>(d)]; }
+std::optional<DType> dtype_from_name(std::string_view name) { return find_name<DType>(kDTypeNames, name); }
+const char* alu_name(Alu a) { return kAluNames[static_cast<int>(a)]; }
+std::optional<Alu> alu_from_name(std::string_view name) { return find_name<Alu>(kAluNames, name); }
+const char* act_name(Act a) { return kActNames[static_cast<int>(a)]; }
+std::optional<Act> act_from_name(std::string_view name) { return find_name<Act>(kActNames, name); }
+const char* engine_name(Engine e) { return kEngineNames[static_cast<int>(e)]; }
+std::optional<Engine> engine_from_name(std::string_view name) { return find_name<Engine>(kEngineNames, name); }
+
+const OpInfo& op_info(Op op) {
+  static const bool complete = [] {  // one row per Op, in enum order
+    const auto& t = op_table();
+    if (t.size() != static_cast<size_t>(kNumOps)) throw std::logic_error("nki: the op table needs one row per Op");
+    for (int i = 0; i < kNumOps; ++i)
+      if (static_cast<int>(t[i].op) != i) throw std::logic_error(std::string("nki: op table row ") + t[i].name);
+    return true;
+  }();
+  (void)complete;
+  return op_table()[static_cast<int>(op)];
+}
+
+std::optional<Op> op_from_name(std::string_view name) {
+  for (const OpInfo& o : op_table())
+    if (name == o.name) return o.op;
+  return std::nullopt;
+}
+
+int int_index(Op op, std::string_view name) { return index_of(op_info(op), op_info(op).ints, name, "int attribute"); }
+int float_index(Op op, std::string_view name) {
+  return index_of(op_info(op), op_info(op).floats, name, "float attribute");
+}
+int operand_index(Op op, std::string_view name) {
+  return index_of(op_info(op), op_info(op).operands, name, "operand");
+}
+
+int64_t int_attr(const Instr& in, std::string_view name) {
+  const size_t i = int_index(in.op, name);
+  if (i >= in.ints.size()) {
+    throw std::invalid_argument(std::string("nki: ") + op_name(in.op) + " has no value for '" + std::string(name) +
+                                "'");
+  }
+  return in.ints[i];
+}
+
+int64_t int_attr(const Instr& in, std::string_view name, int64_t fallback) {
+  const size_t i = int_index(in.op, name);
+  return i < in.ints.size() ? in.ints[i] : fallback;
+}
+
+double float_attr(const Instr& in, std::string_view name) {
+  const size_t i = float_index(in.op, name);
+  if (i >= in.floats.size()) {
+    throw std::invalid_argument(std::string("nki: ") + op_name(in.op) + " has no value for '" + std::string(name) +
+                                "'");
+  }
+  return in.floats[i];
+}
+
+std::vector<int64_t> int_tail(const Instr& in, std::string_view name) {
+  const size_t i = std::min<size_t>(int_index(in.op, name), in.ints.size());
+  return {in.ints.begin() + i, in.ints.end()};
+}
+
+std::vector<double> float_tail(const Instr& in, std::string_view name) {
+  const size_t i = std::min<size_t>(float_index(in.op, name), in.floats.size());
+  return {in.floats.begin() + i, in.floats.end()};
+}
+
+std::string layout_problem(const Instr& in) {
+  const OpInfo& info = op_info(in.op);
+  std::string p = count_problem(info.operands, in.args.size(), "operands");
+  for (size_t i = 0; p.empty() && i < in.args.size() && i < info.operands.size(); ++i) {
+    if (info.operands[i].arity == Arity::kOne && !in.args[i].present()) {
+      p = std::string("operand '") + info.operands[i].name + "' is absent";
+    }
+  }
+  if (p.empty()) p = count_problem(info.ints, in.ints.size(), "int attributes");
+  if (p.empty()) p = count_problem(info.floats, in.floats.size(), "float attributes");
+  return p;
 }
 
 bool is_float(DType d) { return static_cast<int>(d) <= static_cast<int>(DType::kFloat8E5M2); }
@@ -34,31 +253,6 @@ const char* buffer_name(Buffer b) {
     case Buffer::kPsum: return "psum";
   }
   return "?";
-}
-
-const char* op_name(Op op) {
-  static const char* names[] = {
-      "dma_copy", "tensor_copy", "memset", "iota", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
-      "activation", "tensor_reduce", "tensor_tensor_scan", "affine_select", "bn_stats", "bn_aggr", "max8",
-      "nc_find_index8", "reciprocal", "tensor_partition_reduce", "scalar_tensor_tensor", "select",
-      "tensor_copy_predicated", "select_reduce", "range_select", "tensor_scalar_reduce", "tensor_scalar_cumulative",
-      "exponential", "activate2", "nc_match_replace8", "nc_stream_shuffle", "dma_transpose", "nc_n_gather",
-      "local_gather", "nonzero_with_count", "dma_compute", "sendrecv", "core_barrier",
-      "device_print"};
-  static_assert(sizeof(names) / sizeof(names[0]) == kNumOps, "one name per Op");
-  return names[static_cast<int>(op)];
-}
-
-Engine engine_of(Op op) {
-  switch (op) {
-    case Op::kMatmul: case Op::kTranspose: return Engine::kTensor;
-    case Op::kActivation: case Op::kActivate2: return Engine::kScalar;
-    case Op::kIota: case Op::kAffineSelect: case Op::kPartitionReduce: case Op::kNGather: case Op::kLocalGather:
-    case Op::kNonzeroWithCount: return Engine::kGpSimd;
-    case Op::kDmaCopy: case Op::kDmaTranspose: case Op::kDmaCompute: case Op::kSendRecv: return Engine::kDma;
-    case Op::kCoreBarrier: case Op::kDevicePrint: return Engine::kSync;
-    default: return Engine::kVector;
-  }
 }
 
 bool alu_is_bitvec(Alu a) {
@@ -121,6 +315,8 @@ Target target_for(const std::string& name) {
                 static_cast<int64_t>(c->psum_partition_bytes),
                 static_cast<int64_t>(c->psum_bank_bytes),
                 c->partitions,
+                c->pe_rows,
+                c->pe_cols,
                 c->gemm_moving_fmax,
                 c->gemm_moving_fmax_bf16};
 }

@@ -8,20 +8,24 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace neuron::nki {
 
-// Element types, in the order the Python front-end numbers them.
+// Element types. Names (dtype_name: nki.language's) and codes reach Python through the binding.
 enum class DType : uint8_t {
   kFloat32, kBFloat16, kFloat16, kTFloat32, kFloat8E4M3, kFloat8E4M3FN, kFloat8E5M2,
   kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kBool,
 };
+constexpr int kNumDTypes = static_cast<int>(DType::kBool) + 1;
 size_t dtype_size(DType d);
 const char* dtype_name(DType d);
+std::optional<DType> dtype_from_name(std::string_view name);
 bool is_float(DType d);
 bool is_fp8(DType d);
 
@@ -88,64 +92,54 @@ struct Access {
   std::pair<int64_t, int64_t> span() const;
 };
 
-// Operations. Operand order and attribute layout of each are documented in nki/isa/__init__.py, the
-// one place that emits them; the verifier and the executor read them.
+// Operations. What each one takes (operands, attributes) is in its row of the op table below.
 enum class Op : uint8_t {
-  kDmaCopy,           // [dst, src]                         ints: oob_mode (0 error, 1 skip)
-  kTensorCopy,        // [dst, src]                         ints: engine
-  kMemset,            // [dst]                              floats: value
-  kIota,              // [dst]                              ints: offset, channel_multiplier, (step, num)...
-  kMatmul,            // [dst, stationary, moving]          ints: accumulate (-1 auto, 0, 1), is_transpose
-  kTranspose,         // [dst, data]                        ints: engine
-  kTensorTensor,      // [dst, a, b]                        ints: alu op, engine
-  kTensorScalar,      // [dst, data, operand0?, operand1?]  ints: op0, reverse0, op1 (-1 none), reverse1
-                      //                                    floats: imm0, imm1
-  kActivation,        // [dst, data, bias?, scale?, reduce_res?] ints: act, reduce_cmd  floats: scale, bias
-  kTensorReduce,      // [dst, data]                        ints: alu op, negate, axes...
-  kTensorTensorScan,  // [dst, data0, data1, initial?]      ints: op0, op1, reverse0, reverse1  floats: initial
-  kAffineSelect,      // [dst, on_true]                     ints: cmp op, offset, channel_multiplier, (step, num)...
-                      //                                    floats: on_false
-  kBnStats,           // [dst, data]
-  kBnAggr,            // [dst, data]
-  kMax8,              // [dst, src]
-  kFindIndex8,        // [dst, data, vals]
-  kReciprocal,        // [dst, data]
-  kPartitionReduce,   // [dst, data]                        ints: alu op
-  kScalarTensorTensor,// [dst, data, operand0?, operand1]   ints: op0, op1, reverse0, reverse1  floats: imm0
-  kSelect,            // [dst, predicate, on_true, on_false?] floats: on_false
+  kDmaCopy,
+  kTensorCopy,
+  kMemset,
+  kIota,
+  kMatmul,
+  kTranspose,
+  kTensorTensor,
+  kTensorScalar,
+  kActivation,
+  kTensorReduce,
+  kTensorTensorScan,
+  kAffineSelect,
+  kBnStats,
+  kBnAggr,
+  kMax8,
+  kFindIndex8,
+  kReciprocal,
+  kPartitionReduce,
+  kScalarTensorTensor,
+  kSelect,
   // Vector-engine instructions that use the engine's per-partition accumulator registers.
-  kCopyPredicated,    // [dst, src?, predicate]             ints: reverse_pred  floats: src immediate
-  kSelectReduce,      // [dst, predicate, on_true, on_false?, reduce_res?] ints: reduce_cmd, reverse_pred
-                      //                                    floats: on_false
-  kRangeSelect,       // [dst, on_true, bound0, bound1, reduce_res?] ints: comp_op0, comp_op1, reduce_cmd,
-                      //                                    range_start  floats: on_false_value
-  kTensorScalarReduce,// [dst, data, operand0?, reduce_res?, reduce_init?] ints: op0, reduce_op, reduce_cmd,
-                      //                                    reduce_res_negate  floats: imm0, reduce_init
-  kTensorScalarCumulative, // [dst, src, imm0?, imm1?]      ints: op0, op1, reduce_cmd  floats: imm0, imm1
-  kExponential,       // [dst, src, max_value?, reduce_res?, reduce_init?] ints: reduce_cmd
-                      //                                    floats: max_value, reduce_init
-  kActivate2,         // [dst, data, imm0?, imm1?, relu_param?, reduce_res?] ints: act, op0, op1, reverse0,
-                      //                                    reverse1, reduce_op (-1 none), reduce_cmd
-                      //                                    floats: imm0, imm1, relu_param
-  kMatchReplace8,     // [dst, data, vals, dst_idx?]        floats: imm
-  kStreamShuffle,     // [dst, src]                         ints: 32 mask entries (255: keep)
-  kDmaTranspose,      // [dst, src]                         ints: dge_mode, axes...
-  kNGather,           // [dst, data, indices]
-  kLocalGather,       // [dst, src_buffer, index]           ints: num_elem_per_idx, num_valid_indices
-  kNonzeroWithCount,  // [dst, src]                         ints: index_offset, padding_val
-  kDmaCompute,        // [dst, src0, src1, ...]             ints: oob_mode  floats: one scale per src
-  // Between the programs of one SPMD launch (the cores of a logical NeuronCore); run_launch
-  // schedules them, never exec.
-  kSendRecv,          // [dst, src]                         ints: send_to_rank, recv_from_rank, pipe_id
-  kCoreBarrier,       // [data]                             ints: the cores
-  // nl.device_print: hands the host the values of its operand when it runs (execute.h, PrintSink).
-  kDevicePrint,       // [tensor]                           text: the label (prefix, and which program)
+  kCopyPredicated,
+  kSelectReduce,
+  kRangeSelect,
+  kTensorScalarReduce,
+  kTensorScalarCumulative,
+  kExponential,
+  kActivate2,
+  kMatchReplace8,
+  kStreamShuffle,
+  kDmaTranspose,
+  kNGather,
+  kLocalGather,
+  kNonzeroWithCount,
+  kDmaCompute,
+  // Between the programs of one SPMD launch (the cores of a logical NeuronCore): run_launch runs them.
+  kSendRecv,
+  kCoreBarrier,
+  // nl.device_print: hands the host the values of its operand when it runs (execute.h, PrintSink);
+  // its label is Instr::text.
+  kDevicePrint,
 };
 constexpr int kNumOps = static_cast<int>(Op::kDevicePrint) + 1;
 inline bool synchronizes(Op op) { return op == Op::kSendRecv || op == Op::kCoreBarrier; }
-const char* op_name(Op op);
 
-// ALU operators (nki.isa's `op` arguments), numbered as nki/isa/__init__.py numbers them.
+// ALU operators (nki.isa's `op` arguments; names: nki.language's).
 enum class Alu : int8_t {
   kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kPower, kAbsMax, kAbsMin,
   kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual,
@@ -155,18 +149,53 @@ enum class Alu : int8_t {
   kAbs, kSquare, kRelu, kRsqrt, kReciprocal, kBypass,
   kAverage,  // tensor_partition_reduce only
 };
+constexpr int kNumAlu = static_cast<int>(Alu::kAverage) + 1;
 bool alu_is_bitvec(Alu a);
+const char* alu_name(Alu a);
+std::optional<Alu> alu_from_name(std::string_view name);
 
-// Activation functions (nisa.activation's `op`).
+// Activation functions (nisa.activation's `op`; names: nki.language's).
 enum class Act : int8_t {
   kCopy, kExp, kLog, kTanh, kSigmoid, kRelu, kGelu, kGeluApprxTanh, kGeluApprxSigmoid, kSilu,
   kSqrt, kRsqrt, kReciprocal, kSquare, kAbs, kSign, kSin, kCos, kArctan, kSoftplus, kMish, kErf,
   kGeluDx, kSiluDx, kErfDx, kNegative,
 };
+constexpr int kNumAct = static_cast<int>(Act::kNegative) + 1;
+const char* act_name(Act a);
+std::optional<Act> act_from_name(std::string_view name);
 
+// The engines of a NeuronCore (nki.isa.engine's values). kSync: no compute engine (barriers,
+// device_print).
 enum class Engine : int8_t { kUnknown = 0, kTensor = 1, kScalar = 2, kGpSimd = 3, kDma = 4, kVector = 5, kSync = 6 };
-// The engine that runs an instruction by default.
-Engine engine_of(Op op);
+constexpr int kNumEngines = static_cast<int>(Engine::kSync) + 1;
+const char* engine_name(Engine e);  // "tensor", "vector", ... as nki.isa.engine names them
+std::optional<Engine> engine_from_name(std::string_view name);
+
+// ---- The op table --------------------------------------------------------------------------
+// One row per Op: its nki.isa name, the engine that runs it, and what an Instr of it holds: its
+// operands (args) and its int and float attributes, in storage order. The Python front end lays
+// out what it records by these names, the verifier and the executor read attributes by name
+// (int_attr / float_attr), and the binding exports the table.
+
+// kOptional: an operand that may be absent (Access{}); an attribute that may be left off the end
+// (a hand-built Instr may stop before it). kVariadic: the rest of the list, `group` values per
+// repetition ((step, num) pairs: 2).
+enum class Arity : uint8_t { kOne, kOptional, kVariadic };
+struct Param {
+  const char* name;
+  Arity arity = Arity::kOne;
+  int group = 1;
+};
+struct OpInfo {
+  Op op;
+  const char* name;
+  Engine engine;
+  std::vector<Param> operands, ints, floats;
+};
+const OpInfo& op_info(Op op);
+inline const char* op_name(Op op) { return op_info(op).name; }
+inline Engine engine_of(Op op) { return op_info(op).engine; }
+std::optional<Op> op_from_name(std::string_view name);
 
 struct Instr {
   Op op;
@@ -177,6 +206,22 @@ struct Instr {
   std::string text = {};  // kDevicePrint's label; empty for every other op
 };
 
+// Where an attribute (or operand) of `op` is stored, by its name in the op table; a name the op
+// does not have is a std::logic_error (a bug in the caller, not in the kernel).
+int int_index(Op op, std::string_view name);
+int float_index(Op op, std::string_view name);
+int operand_index(Op op, std::string_view name);
+// An instruction's attribute by name. Past the end of the instruction's list: `fallback` when
+// given (optional attributes), else std::invalid_argument naming the op and the attribute.
+int64_t int_attr(const Instr& in, std::string_view name);
+int64_t int_attr(const Instr& in, std::string_view name, int64_t fallback);
+double float_attr(const Instr& in, std::string_view name);
+// A variadic tail's values (axes..., (step, num)..., cores...).
+std::vector<int64_t> int_tail(const Instr& in, std::string_view name);
+std::vector<double> float_tail(const Instr& in, std::string_view name);
+// Whether the instruction's operand, attribute counts fit its row; the problem, else "".
+std::string layout_problem(const Instr& in);
+
 // The simulated NeuronCore generation a kernel is traced for: the verifier's view of a chip of
 // the platform model (runtime/platform.h), which owns every value; target_for fills it.
 struct Target {
@@ -186,6 +231,7 @@ struct Target {
   int64_t psum_partition_bytes = 0;
   int64_t psum_bank_bytes = 0;
   int64_t partitions = 0;
+  int64_t pe_rows = 0, pe_cols = 0;   // TensorE array: contraction and stationary free limits
   int64_t gemm_moving_fmax = 0;       // fp32 result
   int64_t gemm_moving_fmax_bf16 = 0;  // bf16 result
 };

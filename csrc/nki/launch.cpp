@@ -62,17 +62,18 @@ void run_launch(const std::vector<Program*>& programs, const std::vector<std::ve
       }
       const Instr& in = at(r);
       if (in.op != Op::kSendRecv) continue;
-      const int to = static_cast<int>(in.ints.at(0)), from = static_cast<int>(in.ints.at(1));
+      const int to = static_cast<int>(int_attr(in, "send_to_rank")), from = static_cast<int>(int_attr(in, "recv_from_rank"));
+      const int64_t pipe = int_attr(in, "pipe_id");
       rank_ok(r, to, "send_to_rank");
       rank_ok(r, from, "recv_from_rank");
       if (!sent[r]) {
         std::vector<uint8_t> bytes;
         st[r]->gather_raw(in.args[1], bytes);
-        mail[{r, to, in.ints.at(2)}].push_back(std::move(bytes));
+        mail[{r, to, pipe}].push_back(std::move(bytes));
         sent[r] = true;
         progress = true;
       }
-      auto box = mail.find({from, r, in.ints.at(2)});
+      auto box = mail.find({from, r, pipe});
       if (box == mail.end() || box->second.empty()) continue;
       const size_t want = in.args[0].elements() * dtype_size(st[r]->dt(in.args[0]));
       if (box->second.front().size() != want) {
@@ -91,7 +92,7 @@ void run_launch(const std::vector<Program*>& programs, const std::vector<std::ve
     // A barrier opens when every core it names waits at a barrier.
     for (int r = 0; r < n; ++r) {
       if (status[r] != kWaiting || at(r).op != Op::kCoreBarrier) continue;
-      std::vector<int64_t> cores = at(r).ints;  // and the program itself
+      std::vector<int64_t> cores = int_tail(at(r), "cores");  // and the program itself
       if (std::find(cores.begin(), cores.end(), r) == cores.end()) cores.push_back(r);
       bool open = true;
       for (int64_t c : cores) {
@@ -110,8 +111,8 @@ void run_launch(const std::vector<Program*>& programs, const std::vector<std::ve
         if (status[r] == kDone) {
           msg += "has ended";
         } else if (at(r).op == Op::kSendRecv) {
-          msg += "waits in sendrecv for program " + std::to_string(at(r).ints[1]) + " (pipe_id " +
-                 std::to_string(at(r).ints[2]) + ") at " + where(r);
+          msg += "waits in sendrecv for program " + std::to_string(int_attr(at(r), "recv_from_rank")) + " (pipe_id " +
+                 std::to_string(int_attr(at(r), "pipe_id")) + ") at " + where(r);
         } else {
           msg += "waits in core_barrier at " + where(r);
         }

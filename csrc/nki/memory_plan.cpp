@@ -15,6 +15,10 @@ namespace neuron::nki {
 
 Program::Program(Kernel k) : k_(std::move(k)) {
   verify(k_);
+  for (Instr& in : k_.instrs) {  // optional operands left off the end are absent ones
+    const auto& operands = op_info(in.op).operands;
+    if (in.args.size() < operands.size() && operands.back().arity != Arity::kVariadic) in.args.resize(operands.size());
+  }
   plan();
 }
 

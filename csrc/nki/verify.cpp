@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,19 @@ class Verifier {
 
   void run() {
     for (const TensorDecl& t : k_.tensors) check_decl(t);
-    for (const Instr& in : k_.instrs) {
+    for (const Instr& recorded : k_.instrs) {
+      cur_ = &recorded;
+      // What the instruction holds must fit its row of the op table before anything reads it
+      // by name; optional operands left off the end are absent.
+      const std::string problem = layout_problem(recorded);
+      if (!problem.empty()) fail("instr-layout", problem);
+      std::optional<Instr> padded;
+      const size_t n_operands = op_info(recorded.op).operands.size();
+      if (recorded.args.size() < n_operands && op_info(recorded.op).operands.back().arity != Arity::kVariadic) {
+        padded = recorded;
+        padded->args.resize(n_operands);
+      }
+      const Instr& in = padded ? *padded : recorded;
       cur_ = &in;
       for (size_t i = 0; i < in.args.size(); ++i) {
         if (in.args[i].present()) check_access(in.args[i], i);
@@ -110,7 +123,7 @@ class Verifier {
         fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy, "
                                "nisa.dma_compute or nisa.dma_transpose(dge_mode=swdge)");
       }
-      if (transpose && (&a != &cur_->args[1] || cur_->ints.at(0) != 1)) {
+      if (transpose && (&a != &cur_->args[1] || int_attr(*cur_, "dge_mode") != 1)) {
         fail("dynamic-offset", "an indirect dma_transpose indexes its source, with dge_mode=nisa.dge_mode.swdge");
       }
       if (on_chip(decl(a).buffer)) {
@@ -241,8 +254,8 @@ class Verifier {
 
   void check_dma_transpose(const Instr& in) {
     const Access &dst = in.args[0], &src = in.args[1];
-    const int64_t mode = in.ints.at(0);
-    std::vector<int64_t> axes(in.ints.begin() + 1, in.ints.end());
+    const int64_t mode = int_attr(in, "dge_mode");
+    const std::vector<int64_t> axes = int_tail(in, "axes");
     if (buf(dst) != Buffer::kSbuf) {
       fail("dma-transpose", "destination " + describe(dst) + " must be in SBUF");
     }
@@ -294,9 +307,9 @@ class Verifier {
   }
 
   // Instructions whose operators compute in fp32 only (no bitwise operators).
-  void arithmetic_only(const Instr& in, std::initializer_list<int> op_slots) const {
-    for (int i : op_slots) {
-      if (alu_is_bitvec(static_cast<Alu>(in.ints[i]))) {
+  void arithmetic_only(const Instr& in, std::initializer_list<const char*> ops) const {
+    for (const char* name : ops) {
+      if (alu_is_bitvec(static_cast<Alu>(int_attr(in, name)))) {
         fail("dtype", "takes arithmetic operators only (computed in fp32); bitwise operators run in "
                       "tensor_tensor / tensor_scalar on integer tensors");
       }
@@ -323,7 +336,7 @@ class Verifier {
         need_on_chip(a[0], "destination");
         need_on_chip(a[1], "source");
         same_layout(a[0], a[1], "destination and source");
-        if (in.op == Op::kTensorCopy && in.ints.size() > 0 && in.ints[0] == static_cast<int>(Engine::kGpSimd)) {
+        if (in.op == Op::kTensorCopy && int_attr(in, "engine", 0) == static_cast<int>(Engine::kGpSimd)) {
           need_no_psum_gpsimd(in, {0, 1});
         }
         break;
@@ -346,8 +359,8 @@ class Verifier {
         same_layout(a[0], a[1], "destination and data1");
         same_layout(a[0], a[2], "destination and data2");
         not_both_psum(a[1], a[2]);
-        alu_dtypes(static_cast<Alu>(in.ints[0]), {&a[0], &a[1], &a[2]});
-        if (in.ints.size() > 1 && in.ints[1] == static_cast<int>(Engine::kGpSimd)) need_no_psum_gpsimd(in, {0, 1, 2});
+        alu_dtypes(static_cast<Alu>(int_attr(in, "op")), {&a[0], &a[1], &a[2]});
+        if (int_attr(in, "engine", 0) == static_cast<int>(Engine::kGpSimd)) need_no_psum_gpsimd(in, {0, 1, 2});
         break;
       }
       case Op::kTensorScalar: {
@@ -364,8 +377,8 @@ class Verifier {
             }
           }
         }
-        alu_dtypes(static_cast<Alu>(in.ints[0]), {&a[0], &a[1]});
-        if (in.ints[2] >= 0) alu_dtypes(static_cast<Alu>(in.ints[2]), {&a[0], &a[1]});
+        alu_dtypes(static_cast<Alu>(int_attr(in, "op0")), {&a[0], &a[1]});
+        if (int_attr(in, "op1") >= 0) alu_dtypes(static_cast<Alu>(int_attr(in, "op1")), {&a[0], &a[1]});
         break;
       }
       case Op::kActivation:
@@ -383,7 +396,7 @@ class Verifier {
         same_layout(a[0], a[2], "destination and data1");
         not_both_psum(a[1], a[2]);
         column_of(a[3], a[1], "initial");
-        arithmetic_only(in, {0, 1});
+        arithmetic_only(in, {"op0", "op1"});
         break;
       case Op::kBnStats:
         need_on_chip(a[0], "destination");
@@ -444,7 +457,7 @@ class Verifier {
         same_layout(a[0], a[3], "destination and operand1");
         column_of(a[2], a[1], "operand0");
         not_both_psum(a[1], a[3]);
-        arithmetic_only(in, {0, 1});
+        arithmetic_only(in, {"op0", "op1"});
         break;
       case Op::kSelect:
         for (int i = 0; i < 3; ++i) need_on_chip(a[i], i ? "input" : "destination");
@@ -501,7 +514,7 @@ class Verifier {
                         "from floating-point tiles");
         }
         for (int i = 0; i < 2; ++i) {
-          const Alu c = static_cast<Alu>(in.ints[i]);
+          const Alu c = static_cast<Alu>(int_attr(in, i ? "comp_op1" : "comp_op0"));
           if (c != Alu::kEqual && c != Alu::kLess && c != Alu::kLessEqual && c != Alu::kGreater &&
               c != Alu::kGreaterEqual) {
             fail("alu-op", std::string(i ? "comp_op1" : "comp_op0") + " must be one of nl.equal, nl.less, "
@@ -509,7 +522,7 @@ class Verifier {
           }
         }
         // The engine fills with FP32_MIN only (the hardware has no other fill value).
-        if (static_cast<float>(in.floats.at(0)) != -std::numeric_limits<float>::max()) {  // as an fp32 value
+        if (static_cast<float>(float_attr(in, "on_false_value")) != -std::numeric_limits<float>::max()) {  // as an fp32 value
           fail("alu-op", "on_false_value must be FP32_MIN (-3.4028235e+38): the only fill value the Vector engine's "
                          "range select supports");
         }
@@ -522,8 +535,8 @@ class Verifier {
         if (a[2].present()) float32_operand(a[2], "operand0");
         column_of(a[3], a[1], "reduce_res");
         column_of(a[4], a[1], "reduce_init");
-        arithmetic_only(in, {0});
-        reduce_op_in(in.ints[1], "reduce_op", {Alu::kAdd, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
+        arithmetic_only(in, {"op0"});
+        reduce_op_in(int_attr(in, "reduce_op"), "reduce_op", {Alu::kAdd, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
         break;
       case Op::kTensorScalarCumulative:
         need_on_chip(a[0], "destination");
@@ -533,8 +546,8 @@ class Verifier {
         column_of(a[3], a[1], "imm1");
         if (a[2].present()) float32_operand(a[2], "imm0");
         if (a[3].present()) float32_operand(a[3], "imm1");
-        arithmetic_only(in, {0});
-        reduce_op_in(in.ints[1], "op1", {Alu::kAdd, Alu::kSubtract, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
+        arithmetic_only(in, {"op0"});
+        reduce_op_in(int_attr(in, "op1"), "op1", {Alu::kAdd, Alu::kSubtract, Alu::kMultiply, Alu::kMaximum, Alu::kMinimum});
         for (int i = 0; i < 2; ++i) {
           const DType d = dt(a[i]);
           if (d == DType::kInt32 || d == DType::kUInt32 || d == DType::kTFloat32) {
@@ -562,15 +575,15 @@ class Verifier {
         column_of(a[3], a[1], "imm1");
         column_of(a[4], a[1], "relu_param");
         column_of(a[5], a[1], "reduce_res");
-        const Alu o0 = static_cast<Alu>(in.ints[1]), o1 = static_cast<Alu>(in.ints[2]);
+        const Alu o0 = static_cast<Alu>(int_attr(in, "op0")), o1 = static_cast<Alu>(int_attr(in, "op1"));
         const bool ok = (o0 == Alu::kMultiply && (o1 == Alu::kAdd || o1 == Alu::kSubtract || o1 == Alu::kBypass)) ||
                         ((o0 == Alu::kAdd || o0 == Alu::kSubtract || o0 == Alu::kBypass) && o1 == Alu::kBypass);
         if (!ok) {
           fail("alu-op", "(op0, op1) must be one of (multiply, add), (multiply, subtract), (multiply, bypass), "
                          "(add, bypass), (subtract, bypass), (bypass, bypass)");
         }
-        if (in.ints[5] >= 0) {
-          reduce_op_in(in.ints[5], "reduce_op", {Alu::kAdd, Alu::kMaximum, Alu::kMinimum, Alu::kAbsMax, Alu::kAbsMin});
+        if (int_attr(in, "reduce_op") >= 0) {
+          reduce_op_in(int_attr(in, "reduce_op"), "reduce_op", {Alu::kAdd, Alu::kMaximum, Alu::kMinimum, Alu::kAbsMax, Alu::kAbsMin});
         }
         break;
       }
@@ -615,8 +628,9 @@ class Verifier {
                                  "the start partition must be a multiple of " + std::to_string(align));
           }
         }
-        for (size_t i = 0; i < in.ints.size(); ++i) {
-          const int64_t m = in.ints[i];
+        const std::vector<int64_t> mask = int_tail(in, "shuffle_mask");
+        for (size_t i = 0; i < mask.size(); ++i) {
+          const int64_t m = mask[i];
           if (m != 255 && (m < 0 || m >= 32 || m >= a[1].partitions())) {
             fail("shuffle-mask", "shuffle_mask[" + std::to_string(i) + "] = " + std::to_string(m) + " names no source "
                                  "partition of " + describe(a[1]) + " (0..31 within a quadrant, or 255 to keep)");
@@ -659,7 +673,8 @@ class Verifier {
         }
         if (dt(a[0]) != dt(a[1])) fail("dtype", "the destination's dtype must equal src_buffer's (no conversion)");
         dtype_in(a[2], "index", {DType::kUInt16});
-        const int64_t per_core = a[2].free_elements() * 16, n_elem = in.ints[0], valid = in.ints[1];
+        const int64_t per_core = a[2].free_elements() * 16, n_elem = int_attr(in, "num_elem_per_idx");
+        const int64_t valid = int_attr(in, "num_valid_indices");
         if (n_elem != 1 && n_elem != 2 && n_elem != 4 && n_elem != 8 && n_elem != 16 && n_elem != 32) {
           fail("shape-mismatch", "num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got " + std::to_string(n_elem));
         }
@@ -721,7 +736,7 @@ class Verifier {
 
   void check_matmul(const Instr& in) {
     const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
-    const bool transpose = in.ints.size() > 1 && in.ints[1];
+    const bool transpose = int_attr(in, "is_transpose", 0) != 0;
     for (const Access* x : {&st, &mv}) {
       if (buf(*x) != Buffer::kSbuf) {
         fail("matmul-memory", std::string(x == &st ? "stationary " : "moving ") + describe(*x) +
@@ -733,17 +748,18 @@ class Verifier {
                             "results to PSUM (copy them to SBUF afterwards with nisa.tensor_copy)");
     }
     const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
-    if (K > 128 || mv.partitions() > 128) {
+    if (K > k_.target.pe_rows || mv.partitions() > k_.target.pe_rows) {
       fail("matmul-contraction", "the contraction (partition) dimension is " + std::to_string(std::max(K, mv.partitions())) +
-                                     "; it is at most 128 on both operands (nl.tile_size.pmax)");
+                                     "; it is at most " + std::to_string(k_.target.pe_rows) +
+                                     " on both operands (nl.tile_size.pmax)");
     }
     if (mv.partitions() != K) {
       fail("matmul-contraction", "stationary " + describe(st) + " and moving " + describe(mv) +
                                      " must have the same contraction (partition) size");
     }
-    if (M > 128) {
-      fail("matmul-stationary-free", "stationary " + describe(st) + " has " + std::to_string(M) +
-                                         " free elements; at most 128 (nl.tile_size.gemm_stationary_fmax)");
+    if (M > k_.target.pe_cols) {
+      fail("matmul-stationary-free", "stationary " + describe(st) + " has " + std::to_string(M) + " free elements; at most " +
+                                         std::to_string(k_.target.pe_cols) + " (nl.tile_size.gemm_stationary_fmax)");
     }
     // One PSUM bank of results (512 fp32) per matmul; NeuronCore-v4 writes across all 8 banks.
     const int64_t n_max = dt(dst) == DType::kBFloat16 ? k_.target.gemm_moving_fmax_bf16 : k_.target.gemm_moving_fmax;
@@ -783,11 +799,11 @@ class Verifier {
 
   void check_transpose(const Instr& in) {
     const Access &dst = in.args[0], &src = in.args[1];
-    Engine e = static_cast<Engine>(in.ints.empty() ? 0 : in.ints[0]);
+    Engine e = static_cast<Engine>(int_attr(in, "engine", 0));
     if (e == Engine::kUnknown) e = (buf(dst) == Buffer::kPsum && buf(src) == Buffer::kSbuf) ? Engine::kTensor : Engine::kVector;
     need_on_chip(dst, "destination");
     need_on_chip(src, "data");
-    const int64_t lim = e == Engine::kTensor ? 128 : 32;
+    const int64_t lim = e == Engine::kTensor ? k_.target.pe_rows : 32;  // Vector: one 32-partition quadrant
     if (src.partitions() > lim || src.free_elements() > lim) {
       fail("transpose-limit", "data " + describe(src) + " is larger than the " + (e == Engine::kTensor ? "Tensor" : "Vector") +
                                   " engine's transpose of at most [" + std::to_string(lim) + ", " + std::to_string(lim) + "]");
@@ -810,7 +826,7 @@ class Verifier {
     need_on_chip(dst, "destination");
     need_on_chip(src, "data");
     const int nd = static_cast<int>(src.dims.size());
-    std::vector<int64_t> axes(in.ints.begin() + 2, in.ints.end());
+    std::vector<int64_t> axes = int_tail(in, "axis");
     std::sort(axes.begin(), axes.end());
     if (axes.empty()) fail("reduce-axis", "no axis to reduce");
     for (size_t i = 0; i < axes.size(); ++i) {
@@ -831,7 +847,7 @@ class Verifier {
       fail("shape-mismatch", "destination " + describe(dst) + " must hold " + std::to_string(kept) +
                                  " element(s) per partition over " + std::to_string(src.partitions()) + " partitions");
     }
-    alu_dtypes(static_cast<Alu>(in.ints[0]), {&dst, &src});
+    alu_dtypes(static_cast<Alu>(int_attr(in, "op")), {&dst, &src});
   }
 
   // Live on-chip bytes per partition must fit the memories at every instruction. A tensor is

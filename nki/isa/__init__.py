@@ -1,7 +1,7 @@
 """``nki.isa``: NeuronCore instructions, destination first (NKI 0.2+).
 
 Each call checks its Python arguments and records one instruction (operands as access
-patterns, attributes as integers/floats, in the layout csrc/nki/ir.h documents per Op). The
+patterns, attributes by their names in the op table of csrc/nki/ir.h, which lays them out). The
 hardware rules (memories, partitions, matmul limits, dtypes, bounds) are checked by the C++
 verifier on the whole traced program, with the calling line in the error.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from .. import _ops
-from .._trace import MemoryRegion, NkiTensor, NkiValidationError, current
+from .._trace import MemoryRegion, NkiTensor, NkiValidationError, current, memset_value
 from . import constants
 from .constants import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 
@@ -25,13 +25,6 @@ __all__ = [
     "nc_stream_shuffle", "dma_transpose", "nc_n_gather", "local_gather", "get_nc_sub_version", "dma_engine",
     "constants", "sendrecv", "core_barrier", "nonzero_with_count", "dma_compute",
 ]
-
-# Op codes: csrc/nki/ir.h, enum class Op (_DEVICE_PRINT is emitted by nl.device_print).
-(_DMA_COPY, _TENSOR_COPY, _MEMSET, _IOTA, _MATMUL, _TRANSPOSE, _TENSOR_TENSOR, _TENSOR_SCALAR, _ACTIVATION,
- _TENSOR_REDUCE, _SCAN, _AFFINE_SELECT, _BN_STATS, _BN_AGGR, _MAX8, _FIND_INDEX8, _RECIPROCAL, _PARTITION_REDUCE,
- _SCALAR_TENSOR_TENSOR, _SELECT, _COPY_PREDICATED, _SELECT_REDUCE, _RANGE_SELECT, _TENSOR_SCALAR_REDUCE,
- _TENSOR_SCALAR_CUMULATIVE, _EXPONENTIAL, _ACTIVATE2, _MATCH_REPLACE8, _STREAM_SHUFFLE, _DMA_TRANSPOSE, _N_GATHER,
- _LOCAL_GATHER, _NONZERO_WITH_COUNT, _DMA_COMPUTE, _SENDRECV, _CORE_BARRIER, _DEVICE_PRINT) = range(37)
 
 
 unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine = (
@@ -90,26 +83,19 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     run-time offset (``ap(scalar_offset=/vector_offset=)``, ``select``, ``vector_select``) an access
     outside the tensor raises, or with ``oob_mode=oob_mode.skip`` is skipped (that row, for a vector
     offset)."""
-    current().emit(_DMA_COPY, [_t(dst, "dst"), _t(src, "src")], [int(oob_mode)])
+    current().emit("dma_copy", [_t(dst, "dst"), _t(src, "src")], {"oob_mode": oob_mode})
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None):
     """On-chip copy by the Vector, Scalar or GpSimd engine (bit-exact for equal dtypes)."""
-    current().emit(_TENSOR_COPY, [_t(dst, "dst"), _t(src, "src")], [_engine(engine)])
+    current().emit("tensor_copy", [_t(dst, "dst"), _t(src, "src")], {"engine": _engine(engine)})
 
 
 def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with a compile-time constant of the destination's kind (int for integer dtypes)."""
     _t(dst, "dst")
     _no_gpsimd_psum("memset", engine, dst)
-    is_int_dtype = dst.dtype.startswith(("int", "uint")) or dst.dtype == "bool_"
-    # A whole float (AWS's kernels fill integer tiles with 0.0) is that integer; a fraction is an error.
-    if isinstance(value, float) and is_int_dtype and value == value and value not in (float("inf"), float("-inf")):
-        if not value.is_integer():
-            raise NkiValidationError(f"memset: value {value!r} is not a whole number but dst is {dst.dtype}; pass "
-                                     "an int", "dtype", *_here())
-        value = int(value)
-    current().emit(_MEMSET, [dst], floats=[float(value)])
+    current().emit("memset", [dst], floats={"value": memset_value(dst, value)})
 
 
 def _pattern(pattern):
@@ -129,7 +115,7 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     if n != dst.size // dst.shape[0]:
         raise NkiValidationError(f"iota: the pattern covers {n} elements but dst has {dst.size // dst.shape[0]} per "
                                  "partition", "shape-mismatch", *_here())
-    current().emit(_IOTA, [dst], [int(offset), int(channel_multiplier)] + flat)
+    current().emit("iota", [dst], {"offset": offset, "channel_multiplier": channel_multiplier, "pattern": flat})
 
 
 # ---- Tensor engine -------------------------------------------------------------------------
@@ -145,21 +131,21 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         if not (tile_position and tile_size):
             raise ValueError("nc_matmul: tile_position and tile_size are given together")
     acc = -1 if accumulate is None else int(bool(accumulate))
-    current().emit(_MATMUL, [_t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving")],
-                   [acc, int(bool(is_transpose))])
+    current().emit("nc_matmul", [_t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving")],
+                   {"accumulate": acc, "is_transpose": bool(is_transpose)})
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):
     """``dst[F, P] = data[P, F]``: Tensor engine (<= 128 x 128, SBUF -> PSUM) or Vector (<= 32 x 32)."""
-    current().emit(_TRANSPOSE, [_t(dst, "dst"), _t(data, "data")], [_engine(engine)])
+    current().emit("nc_transpose", [_t(dst, "dst"), _t(data, "data")], {"engine": _engine(engine)})
 
 
 # ---- Vector / Scalar / GpSimd compute -------------------------------------------------------
 
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise, in fp32 (bitwise ops on integers)."""
-    current().emit(_TENSOR_TENSOR, [_t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2")],
-                   [_ops.alu(op, "op"), _engine(engine)])
+    current().emit("tensor_tensor", [_t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2")],
+                   {"op": _ops.alu(op, "op"), "engine": _engine(engine)})
 
 
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
@@ -170,16 +156,18 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     t0, i0 = _scalar_or_column(operand0, "operand0")
     t1, i1 = _scalar_or_column(operand1, "operand1")
     _no_gpsimd_psum("tensor_scalar", engine, dst, data, t0, t1)
-    ops = [_ops.alu(op0, "op0"), int(bool(reverse0)), -1 if op1 is None else _ops.alu(op1, "op1"),
-           int(bool(reverse1))]
-    current().emit(_TENSOR_SCALAR, [_t(dst, "dst"), _t(data, "data"), t0, t1], ops, [i0, i1])
+    current().emit("tensor_scalar", [_t(dst, "dst"), _t(data, "data"), t0, t1],
+                   {"op0": _ops.alu(op0, "op0"), "reverse0": bool(reverse0),
+                    "op1": -1 if op1 is None else _ops.alu(op1, "op1"), "reverse1": bool(reverse1)},
+                   {"operand0": i0, "operand1": i1})
 
 
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     """``dst = (data op0 operand0) op1 operand1``; operand0 scalar or (P, 1), operand1 a full tile."""
     t0, i0 = _scalar_or_column(operand0, "operand0")
-    current().emit(_SCALAR_TENSOR_TENSOR, [_t(dst, "dst"), _t(data, "data"), t0, _t(operand1, "operand1")],
-                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [i0])
+    current().emit("scalar_tensor_tensor", [_t(dst, "dst"), _t(data, "data"), t0, _t(operand1, "operand1")],
+                   {"op0": _ops.alu(op0, "op0"), "op1": _ops.alu(op1, "op1"), "reverse0": bool(reverse0),
+                    "reverse1": bool(reverse1)}, {"operand0": i0})
 
 
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
@@ -187,14 +175,14 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     """``dst = op(data * scale + bias)`` on the Scalar engine, in fp32. With ``reduce_cmd`` the
     per-partition sum of the result accumulates in the engine's registers; ``reduce_res`` (P, 1)
     receives them."""
-    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.ADD:
+    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.ALU_CODE["add"]:
         raise NkiValidationError("activation: reduce_op must be nl.add", "dtype", *_here())
     tb, ib = _scalar_or_column(bias, "bias")
     ts, is_ = _scalar_or_column(scale, "scale")
     if ts is None and scale is None:
         is_ = 1.0
-    current().emit(_ACTIVATION, [_t(dst, "dst"), _t(data, "data"), tb, ts, _opt_t(reduce_res, "reduce_res")],
-                   [_ops.act(op), int(reduce_cmd)], [is_, ib])
+    current().emit("activation", [_t(dst, "dst"), _t(data, "data"), tb, ts, _opt_t(reduce_res, "reduce_res")],
+                   {"op": _ops.act(op), "reduce_cmd": reduce_cmd}, {"scale": is_, "bias": ib})
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
@@ -208,61 +196,62 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     axes = [int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
     _t(data, "data")
     axes = [a + data.ndim if a < 0 else a for a in axes]
-    current().emit(_TENSOR_REDUCE, [_t(dst, "dst"), data], [_ops.alu(op, "op"), int(bool(negate))] + axes)
+    current().emit("tensor_reduce", [_t(dst, "dst"), data], {"op": _ops.alu(op, "op"), "negate": bool(negate),
+                                                             "axis": axes})
 
 
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """Per partition: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` with ``r[-1] = initial``."""
     ti, ii = _scalar_or_column(initial, "initial")
-    current().emit(_SCAN, [_t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), ti],
-                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [ii])
+    current().emit("tensor_tensor_scan", [_t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), ti],
+                   {"op0": _ops.alu(op0, "op0"), "op1": _ops.alu(op1, "op1"), "reverse0": bool(reverse0),
+                    "reverse1": bool(reverse1)}, {"initial": ii})
 
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0, name=None):
     """``dst = on_true_tile where cmp_op(affine value, 0) else on_false_value`` (the affine value as in iota)."""
-    from .. import language as nl
-
-    cmp_op = nl.equal if cmp_op is None else cmp_op
-    current().emit(_AFFINE_SELECT, [_t(dst, "dst"), _t(on_true_tile, "on_true_tile")],
-                   [_ops.alu(cmp_op, "cmp_op"), int(offset), int(channel_multiplier)] + _pattern(pattern),
-                   [float(on_false_value)])
+    cmp = _ops.ALU_CODE["equal"] if cmp_op is None else _ops.alu(cmp_op, "cmp_op")
+    current().emit("affine_select", [_t(dst, "dst"), _t(on_true_tile, "on_true_tile")],
+                   {"cmp_op": cmp, "offset": offset, "channel_multiplier": channel_multiplier,
+                    "pattern": _pattern(pattern)}, {"on_false_value": on_false_value})
 
 
 def select(dst, predicate, on_true, on_false, name=None):
     """``dst = on_true where predicate != 0 else on_false`` (on_false a scalar or a (P, 1) column)."""
     tf, if_ = _scalar_or_column(on_false, "on_false")
-    current().emit(_SELECT, [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf], [], [if_])
+    current().emit("select", [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf],
+                   floats={"on_false": if_})
 
 
 def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` on the Vector engine (fp32)."""
-    current().emit(_RECIPROCAL, [_t(dst, "dst"), _t(data, "data")])
+    current().emit("reciprocal", [_t(dst, "dst"), _t(data, "data")])
 
 
 def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce across partitions: ``dst[0, :] = op over p of data[p, :]``."""
-    current().emit(_PARTITION_REDUCE, [_t(dst, "dst"), _t(data, "data")], [_ops.alu(op, "op")])
+    current().emit("tensor_partition_reduce", [_t(dst, "dst"), _t(data, "data")], {"op": _ops.alu(op, "op")})
 
 
 def bn_stats(dst, data, name=None):
     """Per partition, over at most 512 elements: ``[count, mean, var*count]`` of the even and of
     the odd positions (6 values)."""
-    current().emit(_BN_STATS, [_t(dst, "dst"), _t(data, "data")])
+    current().emit("bn_stats", [_t(dst, "dst"), _t(data, "data")])
 
 
 def bn_aggr(dst, data, name=None):
     """Combine bn_stats triples into ``[mean, variance]`` per partition."""
-    current().emit(_BN_AGGR, [_t(dst, "dst"), _t(data, "data")])
+    current().emit("bn_aggr", [_t(dst, "dst"), _t(data, "data")])
 
 
 def max8(dst, src, name=None):
     """The 8 largest values of each partition, descending."""
-    current().emit(_MAX8, [_t(dst, "dst"), _t(src, "src")])
+    current().emit("max8", [_t(dst, "dst"), _t(src, "src")])
 
 
 def nc_find_index8(dst, data, vals, name=None):
     """Per partition, the index of the first occurrence of each of 8 values (all ones when absent)."""
-    current().emit(_FIND_INDEX8, [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals")])
+    current().emit("nc_find_index8", [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals")])
 
 
 # ---- Vector-engine selection, accumulation and data movement ---------------------------------
@@ -278,8 +267,8 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     """``dst = src`` where ``predicate`` is nonzero (zero with ``reverse_pred``); elsewhere dst keeps its
     values. ``src`` is a tile of dst's dtype or a number."""
     ts, is_ = (src, 0.0) if isinstance(src, NkiTensor) else _scalar_or_column(src, "src")
-    current().emit(_COPY_PREDICATED, [_t(dst, "dst"), ts, _t(predicate, "predicate")], [int(bool(reverse_pred))],
-                   [is_])
+    current().emit("tensor_copy_predicated", [_t(dst, "dst"), ts, _t(predicate, "predicate")],
+                   {"reverse_pred": bool(reverse_pred)}, {"src": is_})
 
 
 def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_op=None,
@@ -288,9 +277,9 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     per-partition max of dst accumulates in the Vector engine's registers (written to reduce_res)."""
     _max_only("select_reduce", reduce_op)
     tf, if_ = _scalar_or_column(on_false, "on_false")
-    current().emit(_SELECT_REDUCE, [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf,
-                                    _opt_t(reduce_res, "reduce_res")],
-                   [_reduce_cmd(reduce_cmd), int(bool(reverse_pred))], [if_])
+    current().emit("select_reduce", [_t(dst, "dst"), _t(predicate, "predicate"), _t(on_true, "on_true"), tf,
+                                     _opt_t(reduce_res, "reduce_res")],
+                   {"reduce_cmd": _reduce_cmd(reduce_cmd), "reverse_pred": bool(reverse_pred)}, {"on_false": if_})
 
 
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.reset_reduce,
@@ -298,10 +287,11 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     """``dst = on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) else on_false_value`` with
     ``i = range_start + free index``; the per-partition max accumulates (reduce_res)."""
     _max_only("range_select", reduce_op)
-    current().emit(_RANGE_SELECT, [_t(dst, "dst"), _t(on_true_tile, "on_true_tile"), _t(bound0, "bound0"),
-                                   _t(bound1, "bound1"), _opt_t(reduce_res, "reduce_res")],
-                   [_ops.alu(comp_op0, "comp_op0"), _ops.alu(comp_op1, "comp_op1"), _reduce_cmd(reduce_cmd),
-                    int(range_start)], [float(on_false_value)])
+    current().emit("range_select", [_t(dst, "dst"), _t(on_true_tile, "on_true_tile"), _t(bound0, "bound0"),
+                                    _t(bound1, "bound1"), _opt_t(reduce_res, "reduce_res")],
+                   {"comp_op0": _ops.alu(comp_op0, "comp_op0"), "comp_op1": _ops.alu(comp_op1, "comp_op1"),
+                    "reduce_cmd": _reduce_cmd(reduce_cmd), "range_start": range_start},
+                   {"on_false_value": on_false_value})
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
@@ -315,9 +305,11 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
         raise ValueError("tensor_scalar_reduce: reduce_init is given exactly when reduce_cmd is load_reduce")
     t0, i0 = _scalar_or_column(operand0, "operand0")
     ti, ii = _scalar_or_column(reduce_init, "reduce_init")
-    current().emit(_TENSOR_SCALAR_REDUCE, [_t(dst, "dst"), _t(data, "data"), t0, _opt_t(reduce_res, "reduce_res"), ti],
-                   [_ops.alu(op0, "op0"), _ops.alu(reduce_op, "reduce_op"), _reduce_cmd(reduce_cmd),
-                    int(bool(reduce_res_negate))], [i0, ii])
+    current().emit("tensor_scalar_reduce",
+                   [_t(dst, "dst"), _t(data, "data"), t0, _opt_t(reduce_res, "reduce_res"), ti],
+                   {"op0": _ops.alu(op0, "op0"), "reduce_op": _ops.alu(reduce_op, "reduce_op"),
+                    "reduce_cmd": _reduce_cmd(reduce_cmd), "reduce_res_negate": bool(reduce_res_negate)},
+                   {"operand0": i0, "reduce_init": ii})
 
 
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None):
@@ -327,8 +319,9 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
         raise ValueError("tensor_scalar_cumulative: reduce_cmd=load_reduce takes the initial value imm1")
     t0, i0 = _scalar_or_column(imm0, "imm0")
     t1, i1 = _scalar_or_column(imm1, "imm1")
-    current().emit(_TENSOR_SCALAR_CUMULATIVE, [_t(dst, "dst"), _t(src, "src"), t0, t1],
-                   [_ops.alu(op0, "op0"), _ops.alu(op1, "op1"), _reduce_cmd(reduce_cmd)], [i0, i1])
+    current().emit("tensor_scalar_cumulative", [_t(dst, "dst"), _t(src, "src"), t0, t1],
+                   {"op0": _ops.alu(op0, "op0"), "op1": _ops.alu(op1, "op1"), "reduce_cmd": _reduce_cmd(reduce_cmd)},
+                   {"imm0": i0, "imm1": i1})
 
 
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None):
@@ -336,8 +329,8 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
     per-partition sum accumulates (reduce_res)."""
     tm, im = _scalar_or_column(max_value, "max_value")
     ti, ii = _scalar_or_column(reduce_init, "reduce_init")
-    current().emit(_EXPONENTIAL, [_t(dst, "dst"), _t(src, "src"), tm, _opt_t(reduce_res, "reduce_res"), ti],
-                   [_reduce_cmd(reduce_cmd)], [im, ii])
+    current().emit("exponential", [_t(dst, "dst"), _t(src, "src"), tm, _opt_t(reduce_res, "reduce_res"), ti],
+                   {"reduce_cmd": _reduce_cmd(reduce_cmd)}, {"max_value": im, "reduce_init": ii})
 
 
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
@@ -348,16 +341,17 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     t1, i1 = _scalar_or_column(imm1, "imm1")
     tr, ir = _scalar_or_column(relu_param, "relu_param")
     rop = -1 if reduce_op is None else _ops.alu(reduce_op, "reduce_op")
-    current().emit(_ACTIVATE2, [_t(dst, "dst"), _t(data, "data"), t0, t1, tr, _opt_t(reduce_res, "reduce_res")],
-                   [_ops.act(op), _ops.alu(op0, "op0"), _ops.alu(op1, "op1"), int(bool(reverse0)),
-                    int(bool(reverse1)), rop, _reduce_cmd(reduce_cmd)], [i0, i1, ir])
+    current().emit("activate2", [_t(dst, "dst"), _t(data, "data"), t0, t1, tr, _opt_t(reduce_res, "reduce_res")],
+                   {"op": _ops.act(op), "op0": _ops.alu(op0, "op0"), "op1": _ops.alu(op1, "op1"),
+                    "reverse0": bool(reverse0), "reverse1": bool(reverse1), "reduce_op": rop,
+                    "reduce_cmd": _reduce_cmd(reduce_cmd)}, {"imm0": i0, "imm1": i1, "relu_param": ir})
 
 
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
     """``dst = data`` with the first occurrence of each of the 8 ``vals`` per partition replaced by
     ``imm``; their indices go to ``dst_idx`` (duplicate vals: the last val takes the first match)."""
-    current().emit(_MATCH_REPLACE8, [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals"), _opt_t(dst_idx, "dst_idx")],
-                   [], [float(imm)])
+    current().emit("nc_match_replace8", [_t(dst, "dst"), _t(data, "data"), _t(vals, "vals"),
+                                         _opt_t(dst_idx, "dst_idx")], floats={"imm": imm})
 
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
@@ -365,19 +359,19 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     mask = [int(m) for m in shuffle_mask]
     if len(mask) != 32:
         raise ValueError(f"nc_stream_shuffle: shuffle_mask has 32 entries, got {len(mask)}")
-    current().emit(_STREAM_SHUFFLE, [_t(dst, "dst"), _t(src, "src")], mask)
+    current().emit("nc_stream_shuffle", [_t(dst, "dst"), _t(src, "src")], {"shuffle_mask": mask})
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, name=None):
     """DMA transpose into SBUF: 2-D ``(1, 0)``, 3-D ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)``. With
     ``dge_mode=swdge`` the source carries a ``vector_offset`` (rows gathered at run time)."""
     axes = [] if axes is None else [int(a) for a in axes]
-    current().emit(_DMA_TRANSPOSE, [_t(dst, "dst"), _t(src, "src")], [int(dge_mode)] + axes)
+    current().emit("dma_transpose", [_t(dst, "dst"), _t(src, "src")], {"dge_mode": dge_mode, "axes": axes})
 
 
 def nc_n_gather(dst, data, indices, name=None):
     """Per partition: ``dst[p, j] = data[p, :].flatten()[indices[p, j]]`` (GpSimd, SBUF, uint32 indices)."""
-    current().emit(_N_GATHER, [_t(dst, "dst"), _t(data, "data"), _t(indices, "indices")])
+    current().emit("nc_n_gather", [_t(dst, "dst"), _t(data, "data"), _t(indices, "indices")])
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
@@ -386,15 +380,16 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     _t(index, "index")
     per_core = (index.size // index.shape[0]) * 16
     valid = per_core if num_valid_indices is None else int(num_valid_indices)
-    current().emit(_LOCAL_GATHER, [_t(dst, "dst"), _t(src_buffer, "src_buffer"), index],
-                   [int(num_elem_per_idx), valid])
+    current().emit("local_gather", [_t(dst, "dst"), _t(src_buffer, "src_buffer"), index],
+                   {"num_elem_per_idx": num_elem_per_idx, "num_valid_indices": valid})
 
 
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """Per GpSimd core (partitions 0, 16, ..., 112 only): the indices of ``src``'s nonzero elements
     plus ``index_offset``, then ``padding_val`` up to ``src``'s length, then the count (int32 dst
     with one more element per partition than src)."""
-    current().emit(_NONZERO_WITH_COUNT, [_t(dst, "dst"), _t(src, "src")], [int(index_offset), int(padding_val)])
+    current().emit("nonzero_with_count", [_t(dst, "dst"), _t(src, "src")],
+                   {"index_offset": index_offset, "padding_val": padding_val})
 
 
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
@@ -404,7 +399,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     srcs = list(srcs)
     if not 1 <= len(srcs) <= 16:
         raise NkiValidationError(f"dma_compute takes 1 to 16 sources, got {len(srcs)}", "shape-mismatch", *_here())
-    if _ops.alu(reduce_op, "reduce_op") != _ops.ADD:
+    if _ops.alu(reduce_op, "reduce_op") != _ops.ALU_CODE["add"]:
         raise NkiValidationError("dma_compute: reduce_op must be nl.add", "alu-op", *_here())
     scales = [1.0] * len(srcs) if scales is None else [float(x) for x in scales]
     if len(scales) != len(srcs) or any(x != 1.0 for x in scales):
@@ -413,8 +408,8 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     if not unique_indices:
         raise NotImplementedError("dma_compute(unique_indices=False): non-unique scatter indices are not supported "
                                   "(as in NKI)")
-    current().emit(_DMA_COMPUTE, [_t(dst, "dst")] + [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)],
-                   [int(oob_mode)], scales)
+    current().emit("dma_compute", [_t(dst, "dst")] + [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)],
+                   {"oob_mode": oob_mode}, {"scales": scales})
 
 
 def _rank(x, what: str) -> int:
@@ -428,8 +423,9 @@ def _rank(x, what: str) -> int:
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
     """Send ``src`` to program ``send_to_rank`` of this launch while receiving program
     ``recv_from_rank``'s into ``dst`` (SBUF tiles of one shape and dtype); waits for the partner."""
-    current().emit(_SENDRECV, [_t(dst, "dst"), _t(src, "src")],
-                   [_rank(send_to_rank, "send_to_rank"), _rank(recv_from_rank, "recv_from_rank"), int(pipe_id)])
+    current().emit("sendrecv", [_t(dst, "dst"), _t(src, "src")],
+                   {"send_to_rank": _rank(send_to_rank, "send_to_rank"),
+                    "recv_from_rank": _rank(recv_from_rank, "recv_from_rank"), "pipe_id": pipe_id})
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
@@ -441,11 +437,11 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     if any(not isinstance(c, int) or c < 0 for c in cores):
         raise NkiValidationError(f"core_barrier: cores are program numbers, got {cores!r}", "shape-mismatch",
                                  *_here())
-    current().emit(_CORE_BARRIER, [_t(data, "data")], sorted({c for c in cores if c < n}))
+    current().emit("core_barrier", [_t(data, "data")], {"cores": sorted({c for c in cores if c < n})})
 
 
 def _max_only(what, reduce_op):
-    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.MAXIMUM:
+    if reduce_op is not None and _ops.alu(reduce_op, "reduce_op") != _ops.ALU_CODE["maximum"]:
         raise NkiValidationError(f"{what}: reduce_op must be nl.maximum", "alu-op", *_here())
 
 

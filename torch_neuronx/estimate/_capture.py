@@ -90,13 +90,16 @@ def _group_ranks(args, kwargs, world: int) -> tuple[int, ...]:
     return tuple(range(world))
 
 
-def _comm_bytes(kind: str, ns: str, ins: list[torch.Tensor]) -> int:
+def _comm_bytes(kind: str, ns: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> int:
     """Bytes of the full buffer of a collective: the gathered output of an all-gather, the unreduced
-    input of a reduce-scatter, the buffer of the others. c10d ops list output and input buffers."""
+    input of a reduce-scatter, the buffer of the others. c10d ops list output and input buffers among
+    their arguments; functional collectives return their output."""
     sizes = [_nbytes(t) for t in ins]
     if not sizes:
         return 0
     if kind in ("all_gather", "reduce_scatter"):
+        if ns != "c10d":
+            return max(sum(sizes), sum(_nbytes(t) for t in outs))
         return max(sizes) if len(sizes) <= 2 else sum(sizes) // 2
     if kind == "all_to_all" and ns == "c10d":
         return sum(sizes) // 2
@@ -175,7 +178,7 @@ class StepRecorder(TorchDispatchMode):
         if ns in ("c10d", "_c10d_functional", "c10d_functional") and base in COLLECTIVES:
             op.collective = COLLECTIVES[base]
             op.group = _group_ranks(args, kwargs, self.world)
-            op.comm_bytes = _comm_bytes(op.collective, ns, ins)
+            op.comm_bytes = _comm_bytes(op.collective, ns, ins, outs)
         elif "attention" in base:
             for k in ("is_causal", "scale", "dropout_p"):
                 if k in kwargs:

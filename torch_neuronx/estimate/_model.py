@@ -102,12 +102,13 @@ def evaluate(cap: Capture, plan: Plan, platform: str, dtype: str, tokens: int, i
         c = op_cost(op, t, dtype)
         if c.engine == "none":
             continue
-        engines[c.engine] = engines.get(c.engine, 0.0) + c.seconds * op.count
         model_flops += c.flops * op.count
         if op.phase == "optimizer":
-            optimizer += c.seconds * op.count
+            optimizer += c.seconds * op.count  # its own line of the breakdown
+        else:
+            engines[c.engine] = engines.get(c.engine, 0.0) + c.seconds * op.count
         compute_phase[op.phase] = compute_phase.get(op.phase, 0.0) + c.seconds * op.count
-    compute = sum(engines.values())
+    compute = sum(engines.values()) + optimizer
     hidden_comm = 0.0
     for phase, ov in overlap_phase.items():
         hidden_comm += max(ov - compute_phase.get(phase, 0.0), first_overlap.get(phase, 0.0), 0.0)

@@ -1,0 +1,135 @@
+"""The NKI op table and name maps of the C++ core (nki._core, from csrc/nki/ir.h) are the only
+numbering: every name Python uses round-trips through them, and nki.isa / nki.language expose
+exactly the table's instructions."""
+
+import ast
+import inspect
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki import _core, _dtypes, _ops
+
+_MAPS = {"OPS": _core.OPS, "DTYPES": _core.DTYPES, "ALU_OPS": _core.ALU_OPS, "ACTIVATIONS": _core.ACTIVATIONS,
+         "ENGINES": _core.ENGINES}
+
+
+@pytest.mark.parametrize("name", sorted(_MAPS))
+def test_codes_are_dense_and_names_unique(name):
+    codes = sorted(_MAPS[name].values())
+    assert codes == list(range(len(codes))), f"{name}: codes {codes}"
+    assert len(set(_MAPS[name])) == len(codes)
+
+
+def test_op_table_rows_round_trip_name_code_name():
+    assert len(_core.OP_TABLE) == len(_core.OPS)
+    for code, row in enumerate(_core.OP_TABLE):
+        assert row["code"] == code
+        assert _core.OPS[row["name"]] == code
+        assert row["engine"] in _core.ENGINES and row["engine"] != "unknown"
+        for kind in ("operands", "ints", "floats"):
+            names = [p["name"] for p in row[kind]]
+            assert len(set(names)) == len(names), (row["name"], kind)
+            assert all(p["arity"] in ("one", "optional", "variadic") for p in row[kind])
+            assert all(p["arity"] != "variadic" for p in row[kind][:-1]), (row["name"], kind)
+
+
+def test_the_dtype_table_is_the_cores():
+    assert _dtypes.DTYPE_CODE == _core.DTYPES
+    assert list(_dtypes.DTYPES) == sorted(_core.DTYPES, key=_core.DTYPES.get)
+    # nki.language's dtype names are exactly the table's, each the string of its own name
+    assert {n for n in _core.DTYPES if getattr(nl, n, None) == n} == set(_core.DTYPES)
+    for name in _core.DTYPES:
+        assert nki.language.DType(getattr(nl, name)) == name
+        assert _dtypes.itemsize(name) == _core.DTYPE_SIZES[name]
+    assert _dtypes.itemsize("bfloat16") == 2 and _dtypes.itemsize("float8_e5m2") == 1
+
+
+def test_every_alu_operator_and_activation_has_its_nl_function():
+    for name, code in _core.ALU_OPS.items():
+        fn = getattr(nl, name)
+        assert _ops.alu(fn) == code, name
+    for name, code in _core.ACTIVATIONS.items():
+        fn = getattr(nl, name)
+        assert _ops.act(fn) == code, name
+    # and every nl function registered as an operator stands for the operator of its name
+    for fn, code in _ops._alu.items():
+        assert {"max": "maximum", "min": "minimum"}.get(fn.__name__, fn.__name__) == \
+            next(n for n, c in _core.ALU_OPS.items() if c == code)
+    for fn, code in _ops._act.items():
+        assert fn.__name__ == next(n for n, c in _core.ACTIVATIONS.items() if c == code)
+
+
+def test_isa_engine_enum_is_the_cores():
+    assert {e.name: int(e) for e in nisa.engine} == dict(_core.ENGINES)
+
+
+def _emits(module):
+    """(function name, emitted op name, int attribute names, float attribute names) for each
+    ``....emit("op", ...)`` call in a module's source."""
+    out = []
+    for fn in ast.walk(ast.parse(inspect.getsource(module))):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "emit":
+                op = call.args[0]
+                assert isinstance(op, ast.Constant), f"{fn.name}: emit() takes the op's name as a literal"
+                attrs = {"ints": ast.Dict(keys=[], values=[]), "floats": ast.Dict(keys=[], values=[])}
+                for kind, node in zip(("ints", "floats"), call.args[2:4]):
+                    attrs[kind] = node
+                for kw in call.keywords:
+                    if kw.arg in attrs:
+                        attrs[kw.arg] = kw.value
+                keys = {k: [c.value for c in v.keys] if isinstance(v, ast.Dict) else None for k, v in attrs.items()}
+                out.append((fn.name, op.value, keys["ints"], keys["floats"]))
+    return out
+
+
+def test_isa_emits_each_instruction_under_its_own_name_with_the_tables_attributes():
+    rows = {r["name"]: r for r in _core.OP_TABLE}
+    emitted = _emits(nisa)
+    for fn, op, ints, floats in emitted:
+        assert op in rows, f"nisa.{fn} emits {op!r}, which is not in the op table"
+        assert op == fn, f"nisa.{fn} emits {op!r}"
+        for kind, keys in (("ints", ints), ("floats", floats)):
+            assert keys is not None, f"nisa.{fn}: {kind} are given as a dict literal"
+            assert set(keys) <= {p["name"] for p in rows[op][kind]}, (fn, kind, keys)
+    # nki.isa has one function per instruction of the table (nl.device_print is nki.language's)
+    instructions = {op for _, op, _, _ in emitted}
+    assert instructions == set(rows) - {"device_print"}
+    for name in instructions:
+        assert name in nisa.__all__ and callable(getattr(nisa, name))
+    assert [op for _, op, _, _ in _emits(nl)] == ["device_print"]
+    assert callable(nl.device_print)
+
+
+def test_an_attribute_the_table_does_not_name_is_refused_while_tracing():
+    from nki._trace import _layout
+
+    params = [("op", "one"), ("negate", "one"), ("axis", "variadic")]
+    assert _layout("tensor_reduce", params, {"op": 3, "negate": False, "axis": [1, 2]}, int) == [3, 0, 1, 2]
+    with pytest.raises(TypeError, match="no attribute"):
+        _layout("tensor_reduce", params, {"op": 3, "negate": 0, "axes": [1]}, int)
+    with pytest.raises(TypeError, match="needs its attribute 'negate'"):
+        _layout("tensor_reduce", params, {"op": 3}, int)
+
+
+def test_a_kernel_records_attributes_by_name_and_computes_as_before():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((x.shape[0], 1), nl.float32, nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.maximum, data=t, axis=1, negate=True)
+        y = nl.ndarray(x.shape, nl.float32, nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=t, op0=nl.subtract, operand0=r, reverse0=True, op1=nl.multiply, operand1=2.0)
+        nl.store(out, y)
+        return out
+
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    want = (-x.max(axis=1, keepdims=True) - x) * 2.0
+    np.testing.assert_allclose(nki.simulate(kernel)(x), want, rtol=1e-6)
