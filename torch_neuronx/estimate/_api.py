@@ -237,6 +237,17 @@ def capture(model: Any, inputs: Any = None, *, task: str = "train", batch: int |
                                   bar, assumptions)
         else:
             cap = _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile, bar, assumptions)
+    except EstimateError:
+        raise
+    except torch.OutOfMemoryError as e:
+        raise EstimateError(f"record mode ran out of device memory ({str(e).splitlines()[0]}); estimate at full size "
+                            "on fake tensors instead (mode='full', the CLI's default)") from e
+    except Exception as e:  # noqa: BLE001 - the model's own failure, reported with what to try
+        where = "on fake tensors" if mode == "full" else "on neuron"
+        raise EstimateError(f"the step failed to run {where} for this plan: {type(e).__name__}: "
+                            f"{(str(e).strip().splitlines() or [''])[0]}. Check that the model runs with these inputs "
+                            "on the CPU; for tensor parallelism the model's tp_plan must fit its forward (try --tp 1)"
+                            ) from e
     finally:
         bar.close()
     return cap

@@ -221,7 +221,21 @@ def apply_tp(model, mesh, plan: dict[str, str]) -> None:
 
     names = [n for n, _ in model.named_modules()]
     styles = {}
+    from torch.distributed.tensor.parallel import ParallelStyle
+
     for pattern, style in plan.items():
+        if not isinstance(style, str):
+            # diffusers' plans hold style objects: torch's own, or packed splits of fused projections,
+            # which give each rank the same shapes as the even split they are costed as.
+            kind = type(style).__name__
+            if not isinstance(style, ParallelStyle):
+                style = "rowwise" if "Rowwise" in kind else "colwise" if "Colwise" in kind else None
+                if style is None:
+                    continue
+            else:
+                rx = pattern.replace("*", "[0-9]*")
+                styles.update({n: style for n in names if fnmatch.fnmatchcase(n, rx)})
+                continue
         if style not in _STYLE:
             continue  # gather / sequence-parallel / ep styles: left replicated
         rx = pattern.replace("*", "[0-9]*")
