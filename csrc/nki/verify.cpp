@@ -209,8 +209,10 @@ class Verifier {
                             "input of an instruction can be read from PSUM: copy one to SBUF first");
     }
   }
+  // A per-partition column an engine reads (bias, scale, reduce_res, ...): on chip, (P, 1).
   void column_of(const Access& v, const Access& data, const char* what) const {
     if (!v.present()) return;
+    need_on_chip(v, what);
     if (v.partitions() != data.partitions() || v.free_elements() != 1) {
       fail("shape-mismatch", std::string(what) + " " + describe(v) + " must be a (" +
                                  std::to_string(data.partitions()) + ", 1) column: one value per partition");
@@ -435,6 +437,7 @@ class Verifier {
           fail("shape-mismatch", "destination " + describe(a[0]) + " must be (" + std::to_string(src.partitions()) +
                                      ", 8)");
         }
+        if (in.op == Op::kFindIndex8) need_on_chip(a[2], "vals");
         if (in.op == Op::kFindIndex8 && (a[2].partitions() != src.partitions() || a[2].free_elements() != 8)) {
           fail("shape-mismatch", "vals " + describe(a[2]) + " must be (" + std::to_string(src.partitions()) + ", 8)");
         }
@@ -592,6 +595,7 @@ class Verifier {
         need_on_chip(a[0], "destination");
         need_on_chip(src, "data");
         same_layout(a[0], src, "destination and data");
+        need_on_chip(a[2], "vals");
         if (src.free_elements() < 8 || src.free_elements() > 16384) {
           fail("shape-mismatch", describe(src) + " must have 8 to 16384 elements per partition");
         }

@@ -490,6 +490,32 @@ TEST(VerifierMemories, ComputeEnginesReadAndWriteOnChipMemoryOnly) {
   }
 }
 
+// Per-partition columns (bias, scale, reduce_res, initial, on_false, imm, operand0, ...) and the
+// vals of find_index8 / match_replace8 are read by a compute engine: in HBM they break the rule too.
+TEST(VerifierMemories, ColumnOperandsAndValsMustBeOnChip) {
+  int checked = 0;
+  for (int i = 0; i < nk::kNumOps; ++i) {
+    const O op = static_cast<O>(i);
+    const nk::Kernel k = fitting(op).k;
+    if (nk::engine_of(op) == nk::Engine::kDma || op == O::kSendRecv || op == O::kCoreBarrier) continue;
+    for (size_t slot = 1; slot < k.instrs.at(0).args.size(); ++slot) {
+      const nk::Access& a = k.instrs.at(0).args[slot];
+      if (!a.present() || k.tensors.at(a.tensor).buffer != kSb) continue;
+      const auto& shape = k.tensors.at(a.tensor).shape;
+      const bool column = shape.size() == 2 && shape[1] == 1;
+      const bool vals = (op == O::kFindIndex8 || op == O::kMatchReplace8) && slot == 2;
+      if (!column && !vals) continue;
+      SCOPED_TRACE(std::string(nk::op_name(op)) + " operand " + std::to_string(slot));
+      EXPECT_BREAKS(with_buffer(op, {slot}, kHbm), "engine-memory", "is in HBM",
+                    "compute engines read and write SBUF/PSUM only");
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20);
+  EXPECT_BREAKS(with_buffer(O::kFindIndex8, {2}, kHbm), "engine-memory", "vals ", "is in HBM");
+  EXPECT_BREAKS(with_buffer(O::kMatchReplace8, {2}, kHbm), "engine-memory", "vals ", "is in HBM");
+}
+
 TEST(VerifierMemories, GpSimdCannotAccessPsum) {
   struct Case {
     O op;
