@@ -239,6 +239,13 @@ def test_malformed_price_file_is_a_clear_error(tmp_path, capsys, content, messag
     assert f"price file {prices}" in err and message in err
 
 
+def test_plot_without_matplotlib_names_the_fix(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main([_write_config(tmp_path), "--no-progress", "--platform", "trn2", "--no-comparators", "--plot",
+                 str(tmp_path / "e.png")]) == 2
+    assert "--plot needs matplotlib, which is not installed: pip install matplotlib" in capsys.readouterr().err
+
+
 def test_cli_in_a_fresh_process_reports_bad_input_without_a_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "torch_neuronx.estimate", _write_config(tmp_path), "--platform",
                         "trn2,gaudi"], capture_output=True, text=True, timeout=300)

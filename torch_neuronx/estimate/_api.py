@@ -452,6 +452,11 @@ def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int 
                                     f"{need} x {t.instance}")
     cap = capture(model, inputs, task=task, batch=batch, micro_batch=micro_batch, seq=seq, new_tokens=new_tokens,
                   dtype=dtype, plan=plan, mode=mode, compile=compile, progress=progress)
+    if dtype == "mxfp8":
+        no_mx = [n for n in names if n in _facts.TRAINIUM and not _facts.chip(n)["supports_mx"]]
+        if no_mx:
+            cap.assumptions.append(f"--dtype mxfp8 on {', '.join(no_mx)}: no MX matmuls on that NeuronCore, costed at "
+                                   "its FP8 rate")
     results = {n: evaluate(cap, plan, n, dtype, cap.tokens, instances, price_table) for n in names}
     label = name or (f"{type(model).__name__}" if not hasattr(model, "model_type") else
                      f"{getattr(model, 'name_or_path', '') or model.model_type} config")
