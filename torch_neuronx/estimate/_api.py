@@ -83,7 +83,7 @@ def _state_bytes(model, inputs) -> tuple[int, list[tuple[str, int]], int]:
     return total, named, params
 
 
-def _trace_one(build, task: str, mode: str, compile_: bool, bar: _Bar, plan: Plan, decode_ctx) -> dict:
+def _trace_one(build, task: str, mode: str, compile_: bool, bar: _Bar, plan: Plan) -> dict:
     """Build (model, inputs) with ``build(fake_mode, device)`` and record its step."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -306,8 +306,7 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
         for n in traced:
             bar.stage(f"{phase_task} with {n if n is not None else 'all'} layer(s)")
             b = make(phase_task, ctx_len, q_len)
-            tr = _trace_one(lambda fm, dev, mesh, n=n: b(fm, dev, mesh, n), phase_task, mode, compile_, bar, plan,
-                            None)
+            tr = _trace_one(lambda fm, dev, mesh, n=n: b(fm, dev, mesh, n), phase_task, mode, compile_, bar, plan)
             traces.append(tr)
         return _combine(traces, stage_layers)
 
@@ -404,7 +403,7 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
         return m, ins, None
 
     bar.stage(task)
-    tr = _trace_one(build, task, mode, compile_, bar, plan, None)
+    tr = _trace_one(build, task, mode, compile_, bar, plan)
     ops = tr["ops"]
     if task == "train":
         for op in ops:
@@ -414,7 +413,7 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
     tokens = per_pass * micro_steps * plan.dp
     return Capture(ops=ops, peak_bytes=tr["peak"], static_bytes=tr["static"],
                    largest=sorted(tr["largest"], key=lambda x: -x[1]), tokens=tokens, micro_steps=micro_steps,
-                   layers=None, stage_layers=None, assumptions=assumptions, param_count=n_params * plan.tp)
+                   layers=None, stage_layers=None, assumptions=assumptions, param_count=n_params)
 
 
 def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int | None = None, micro_batch: int = 1,

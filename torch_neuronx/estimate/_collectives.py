@@ -21,7 +21,6 @@ from torch_neuronx.estimate._costs import Target
 def hop(group: tuple[int, ...], t: Target) -> tuple[float, float, str]:
     """(bytes/s per rank, latency per step in s, "chip" / "link" / "efa") for a group of ranks."""
     lo, hi = min(group), max(group)
-    g = len(group)
     if hi // t.ranks_per_chip == lo // t.ranks_per_chip:
         # Cores of one chip exchange through HBM: each byte is read and written once.
         return min(t.hbm_bw, t.dma_bw) / 2, t.link_latency, "chip"
@@ -32,7 +31,6 @@ def hop(group: tuple[int, ...], t: Target) -> tuple[float, float, str]:
         return t.link_bw_chip * dims / t.link_dims / t.ranks_per_chip, t.link_latency, "link"
     if t.efa_bw_instance <= 0:
         return 0.0, t.efa_latency, "efa"
-    del g
     return t.efa_bw_instance / t.ranks_per_instance, t.efa_latency, "efa"
 
 

@@ -78,6 +78,7 @@ class Estimate:
             "plan": {"tp": self.plan.tp, "pp": self.plan.pp, "dp": self.plan.dp, "cp": self.plan.cp,
                      "ep": self.plan.ep, "fsdp": self.plan.fsdp, "ranks": self.plan.world},
             "settings": dict(self.settings), "tokens_per_step": self.capture.tokens,
+            "parameters": self.capture.param_count, "micro_batches_per_step": self.capture.micro_steps,
             "platforms": {n: r.to_json() for n, r in self.results.items()},
             "assumptions": self.assumptions(), "not_modelled": self._not_modelled(),
             "prices_file": self.prices.path,

@@ -374,14 +374,14 @@ def to_fake(model, fake_mode):
 
 
 def fake_inputs(inputs, fake_mode):
+    """Fake CPU tensors of the inputs' shapes and dtypes (fake tensors hold no values, so the inputs'
+    device and data do not matter)."""
     from torch.utils._pytree import tree_map
 
     def conv(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, torch._subclasses.FakeTensor):
-            if x.is_meta:
-                with fake_mode:
-                    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
-            return fake_mode.from_tensor(x)
+            with fake_mode:
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype).requires_grad_(x.requires_grad)
         return x
 
     return tree_map(conv, inputs)
