@@ -96,6 +96,25 @@ TEST(PlatformModel, DocumentedSizes) {
   EXPECT_EQ(rt::chip_facts(rt::Chip::kTrn3).hbm_bytes, 144 * kGiB);
 }
 
+TEST(PlatformModel, InstanceFacts) {
+  // What the step estimate maps ranks onto: trn1.32xlarge / trn2.48xlarge have 16 chips (trn2: a 4x4
+  // 2-D torus, 3,200 Gbps EFA); inf2.48xlarge 12 chips and no EFA; the Trn3 UltraServer 64 chips.
+  const rt::ChipFacts& t2 = rt::chip_facts(rt::Chip::kTrn2);
+  EXPECT_EQ(std::string(t2.instance_name), "trn2.48xlarge");
+  EXPECT_EQ(t2.chips_per_instance, 16);
+  EXPECT_EQ(t2.link_dims, 2);
+  EXPECT_EQ(t2.efa_gbps, 3200);
+  EXPECT_EQ(rt::chip_facts(rt::Chip::kTrn1).chips_per_instance, 16);
+  EXPECT_EQ(rt::chip_facts(rt::Chip::kTrn1).efa_gbps, 800);
+  EXPECT_EQ(rt::chip_facts(rt::Chip::kInf2).chips_per_instance, 12);
+  EXPECT_EQ(rt::chip_facts(rt::Chip::kInf2).efa_gbps, 0);
+  EXPECT_EQ(rt::chip_facts(rt::Chip::kTrn3).chips_per_instance, 64);
+  for (const rt::ChipFacts* c : rt::all_chips()) {
+    EXPECT_GT(c->link_latency_us, 0) << c->name;
+    EXPECT_EQ(c->efa_latency_us > 0, c->efa_gbps > 0) << c->name;
+  }
+}
+
 TEST(PlatformModel, Trn2AndTrn3Facts) {
   const rt::ChipFacts& t2 = rt::chip_facts(rt::Chip::kTrn2);
   const rt::ChipFacts& t3 = rt::chip_facts(rt::Chip::kTrn3);
