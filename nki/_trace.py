@@ -31,10 +31,11 @@ class NkiValidationError(ValueError):
 
 
 class MemoryRegion(enum.Enum):
-    private_hbm = 0
-    shared_hbm = 1
-    sbuf = 2
-    psum = 3
+    # codes from the C++ core (csrc/nki/ir.h, Buffer; nl.hbm is its "hbm", private HBM)
+    private_hbm = _core.BUFFERS["hbm"]
+    shared_hbm = _core.BUFFERS["shared_hbm"]
+    sbuf = _core.BUFFERS["sbuf"]
+    psum = _core.BUFFERS["psum"]
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"

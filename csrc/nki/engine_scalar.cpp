@@ -15,10 +15,10 @@ void Program::State::exec_scalar(const Instr& in) {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       float* x = gather(a[1], 0);
       const Act fn = static_cast<Act>(int_attr(in, "op"));
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       const std::vector<float> bias = column(a[2], float_attr(in, "bias"), P, 1);
       const std::vector<float> scale = column(a[3], float_attr(in, "scale"), P, 2);
-      if (cmd == 1 || cmd == 3) std::fill(act_regs, act_regs + 128, 0.0f);
+      if (resets(cmd)) std::fill(act_regs, act_regs + 128, 0.0f);
       for (int64_t p = 0; p < P; ++p) {
         float* r = x + p * F;
         float sum = 0.0f;
@@ -26,7 +26,7 @@ void Program::State::exec_scalar(const Instr& in) {
           r[f] = act(fn, r[f] * scale[p] + bias[p]);
           sum += r[f];
         }
-        if (cmd == 2 || cmd == 3) act_regs[p] += sum;
+        if (accumulates(cmd)) act_regs[p] += sum;
       }
       scatter(a[0], x);
       if (a[4].present()) scatter(a[4], act_regs);
@@ -39,7 +39,7 @@ void Program::State::exec_scalar(const Instr& in) {
       const bool rev0 = int_attr(in, "reverse0"), rev1 = int_attr(in, "reverse1");
       const bool has_reduce = int_attr(in, "reduce_op") >= 0;
       const Alu rop = has_reduce ? static_cast<Alu>(int_attr(in, "reduce_op")) : Alu::kAdd;
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       float* x = gather(a[1], 0);
       const std::vector<float> i0 = column(a[2], float_attr(in, "imm0"), P, 1);
       const std::vector<float> i1 = column(a[3], float_attr(in, "imm1"), P, 2);

@@ -13,9 +13,9 @@
 
 namespace neuron::nki {
 
-void Program::State::acc_start(float* regs, int64_t cmd, Alu op, const std::vector<float>& init, int64_t P) {
-  if (cmd == 1 || cmd == 3) std::fill(regs, regs + P, identity_of(op));
-  if (cmd == 4) {
+void Program::State::acc_start(float* regs, ReduceCmd cmd, Alu op, const std::vector<float>& init, int64_t P) {
+  if (resets(cmd)) std::fill(regs, regs + P, identity_of(op));
+  if (cmd == ReduceCmd::kLoadReduce) {
     if (static_cast<int64_t>(init.size()) >= P) std::copy(init.begin(), init.begin() + P, regs);
     else std::fill(regs, regs + P, identity_of(op));
   }
@@ -283,7 +283,7 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kSelectReduce: {
       const int64_t P = a[2].partitions(), F = a[2].free_elements();
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       const bool rev = int_attr(in, "reverse_pred");
       const float* pred = gather(a[1], 0);
       float* t = gather(a[2], 1);
@@ -303,7 +303,8 @@ void Program::State::exec_vector(const Instr& in) {
     case Op::kRangeSelect: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       const Alu c0 = static_cast<Alu>(int_attr(in, "comp_op0")), c1 = static_cast<Alu>(int_attr(in, "comp_op1"));
-      const int64_t cmd = int_attr(in, "reduce_cmd"), start = int_attr(in, "range_start");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
+      const int64_t start = int_attr(in, "range_start");
       float* t = gather(a[1], 0);
       const std::vector<float> b0 = column(a[2], 0.0, P, 1), b1 = column(a[3], 0.0, P, 2);
       const float fill = static_cast<float>(float_attr(in, "on_false_value"));
@@ -323,7 +324,7 @@ void Program::State::exec_vector(const Instr& in) {
     case Op::kTensorScalarReduce: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), rop = static_cast<Alu>(int_attr(in, "reduce_op"));
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       float* x = gather(a[1], 0);
       const std::vector<float> c0 = column(a[2], float_attr(in, "operand0"), P, 1);
       acc_start(vec_regs, cmd, rop, column(a[4], float_attr(in, "reduce_init"), P, 2), P);
@@ -341,7 +342,7 @@ void Program::State::exec_vector(const Instr& in) {
     case Op::kTensorScalarCumulative: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
       const Alu op0 = static_cast<Alu>(int_attr(in, "op0")), op1 = static_cast<Alu>(int_attr(in, "op1"));
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       float* x = gather(a[1], 0);
       const std::vector<float> c0 = column(a[2], float_attr(in, "imm0"), P, 1);
       acc_start(vec_regs, cmd, op1 == Alu::kSubtract ? Alu::kAdd : op1, column(a[3], float_attr(in, "imm1"), P, 2),
@@ -360,7 +361,7 @@ void Program::State::exec_vector(const Instr& in) {
     }
     case Op::kExponential: {
       const int64_t P = a[1].partitions(), F = a[1].free_elements();
-      const int64_t cmd = int_attr(in, "reduce_cmd");
+      const ReduceCmd cmd = static_cast<ReduceCmd>(int_attr(in, "reduce_cmd"));
       float* x = gather(a[1], 0);
       const std::vector<float> m = column(a[2], float_attr(in, "max_value"), P, 1);
       acc_start(vec_regs, cmd, Alu::kAdd, column(a[4], float_attr(in, "reduce_init"), P, 2), P);

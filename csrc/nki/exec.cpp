@@ -19,7 +19,8 @@ void set_parallel_for(ParallelFor f) { parallel_hook() = std::move(f); }
 const ParallelFor& host_parallel_for() { return parallel_hook(); }
 
 void Program::State::exec_dynamic(const Instr& in) {
-  const bool skip = (in.op == Op::kDmaCopy || in.op == Op::kDmaCompute) && int_attr(in, "oob_mode", 0) == 1;
+  const bool skip = (in.op == Op::kDmaCopy || in.op == Op::kDmaCompute) && 
+                    static_cast<OobMode>(int_attr(in, "oob_mode", 0)) == OobMode::kSkip;
   Instr r = in;
   std::vector<size_t> vec;  // operands with a vector index (a read-modify-write has two)
   int64_t v = 0;

@@ -117,9 +117,9 @@ struct Program::State {
   [[noreturn]] void out_of_bounds(const Instr& in, const Access& a, int64_t value) const;
 
   // ---- engine registers (engine_vector.cpp) ----
-  // reduce_cmd (nisa.reduce_cmd): idle 0, reset 1, reduce 2, reset_reduce 3, load_reduce 4.
-  static bool accumulates(int64_t cmd) { return cmd >= 2; }
-  void acc_start(float* regs, int64_t cmd, Alu op, const std::vector<float>& init, int64_t P);
+  // The accumulator registers as reduce_cmd (ir.h, ReduceCmd) starts them: reset to op's identity,
+  // load_reduce from init (a column per partition), otherwise unchanged.
+  void acc_start(float* regs, ReduceCmd cmd, Alu op, const std::vector<float>& init, int64_t P);
   void acc_write(const Access& res, const float* regs, int64_t P, bool negate = false);
 
   // ---- Tensor engine (engine_tensor.cpp) ----

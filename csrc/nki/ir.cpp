@@ -42,6 +42,15 @@ static_assert(std::size(kActNames) == kNumAct, "one name per Act");
 constexpr const char* kEngineNames[] = {"unknown", "tensor", "scalar", "gpsimd", "dma", "vector", "sync"};
 static_assert(std::size(kEngineNames) == kNumEngines, "one name per Engine");
 
+constexpr const char* kReduceCmdNames[] = {"idle", "reset", "reduce", "reset_reduce", "load_reduce"};
+static_assert(std::size(kReduceCmdNames) == kNumReduceCmds, "one name per ReduceCmd");
+
+constexpr const char* kDgeModeNames[] = {"unknown", "swdge", "hwdge", "none"};
+static_assert(std::size(kDgeModeNames) == kNumDgeModes, "one name per DgeMode");
+
+constexpr const char* kOobModeNames[] = {"error", "skip"};
+static_assert(std::size(kOobModeNames) == kNumOobModes, "one name per OobMode");
+
 template <class E, size_t N>
 std::optional<E> find_name(const char* const (&names)[N], std::string_view name) {
   for (size_t i = 0; i < N; ++i)
@@ -51,38 +60,44 @@ std::optional<E> find_name(const char* const (&names)[N], std::string_view name)
 
 constexpr Arity kOpt = Arity::kOptional;
 constexpr Arity kVar = Arity::kVariadic;
+using C = Code;
+// An int attribute that holds a code of enum `c`.
+constexpr Param coded(const char* name, Code c, Arity arity = Arity::kOne) { return {name, arity, 1, c}; }
 
 // The op table, one row per Op in enum order (checked in op_info).
 const std::vector<OpInfo>& op_table() {
   using E = Engine;
   static const std::vector<OpInfo> table = {
-      {Op::kDmaCopy, "dma_copy", E::kDma, {{"dst"}, {"src"}}, {{"oob_mode", kOpt}}, {}},
-      {Op::kTensorCopy, "tensor_copy", E::kVector, {{"dst"}, {"src"}}, {{"engine", kOpt}}, {}},
+      {Op::kDmaCopy, "dma_copy", E::kDma, {{"dst"}, {"src"}}, {coded("oob_mode", C::kOobMode, kOpt)}, {}},
+      {Op::kTensorCopy, "tensor_copy", E::kVector, {{"dst"}, {"src"}}, {coded("engine", C::kEngine, kOpt)}, {}},
       {Op::kMemset, "memset", E::kVector, {{"dst"}}, {}, {{"value"}}},
       {Op::kIota, "iota", E::kGpSimd, {{"dst"}}, {{"offset"}, {"channel_multiplier"}, {"pattern", kVar, 2}}, {}},
       {Op::kMatmul, "nc_matmul", E::kTensor, {{"dst"}, {"stationary"}, {"moving"}},
        {{"accumulate", kOpt}, {"is_transpose", kOpt}}, {}},
-      {Op::kTranspose, "nc_transpose", E::kTensor, {{"dst"}, {"data"}}, {{"engine", kOpt}}, {}},
-      {Op::kTensorTensor, "tensor_tensor", E::kVector, {{"dst"}, {"data1"}, {"data2"}}, {{"op"}, {"engine", kOpt}},
-       {}},
+      {Op::kTranspose, "nc_transpose", E::kTensor, {{"dst"}, {"data"}}, {coded("engine", C::kEngine, kOpt)}, {}},
+      {Op::kTensorTensor, "tensor_tensor", E::kVector, {{"dst"}, {"data1"}, {"data2"}},
+       {coded("op", C::kAlu), coded("engine", C::kEngine, kOpt)}, {}},
       {Op::kTensorScalar, "tensor_scalar", E::kVector, {{"dst"}, {"data"}, {"operand0", kOpt}, {"operand1", kOpt}},
-       {{"op0"}, {"reverse0"}, {"op1"}, {"reverse1"}}, {{"operand0"}, {"operand1"}}},
+       {coded("op0", C::kAlu), {"reverse0"}, coded("op1", C::kAluOrNone), {"reverse1"}}, {{"operand0"}, {"operand1"}}},
       {Op::kActivation, "activation", E::kScalar,
-       {{"dst"}, {"data"}, {"bias", kOpt}, {"scale", kOpt}, {"reduce_res", kOpt}}, {{"op"}, {"reduce_cmd"}},
+       {{"dst"}, {"data"}, {"bias", kOpt}, {"scale", kOpt}, {"reduce_res", kOpt}},
+       {coded("op", C::kAct), coded("reduce_cmd", C::kReduceCmd)},
        {{"scale"}, {"bias"}}},
-      {Op::kTensorReduce, "tensor_reduce", E::kVector, {{"dst"}, {"data"}}, {{"op"}, {"negate"}, {"axis", kVar}}, {}},
+      {Op::kTensorReduce, "tensor_reduce", E::kVector, {{"dst"}, {"data"}},
+       {coded("op", C::kAlu), {"negate"}, {"axis", kVar}}, {}},
       {Op::kTensorTensorScan, "tensor_tensor_scan", E::kVector, {{"dst"}, {"data0"}, {"data1"}, {"initial", kOpt}},
-       {{"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}}, {{"initial"}}},
+       {coded("op0", C::kAlu), coded("op1", C::kAlu), {"reverse0"}, {"reverse1"}}, {{"initial"}}},
       {Op::kAffineSelect, "affine_select", E::kGpSimd, {{"dst"}, {"on_true_tile"}},
-       {{"cmp_op"}, {"offset"}, {"channel_multiplier"}, {"pattern", kVar, 2}}, {{"on_false_value"}}},
+       {coded("cmp_op", C::kAlu), {"offset"}, {"channel_multiplier"}, {"pattern", kVar, 2}}, {{"on_false_value"}}},
       {Op::kBnStats, "bn_stats", E::kVector, {{"dst"}, {"data"}}, {}, {}},
       {Op::kBnAggr, "bn_aggr", E::kVector, {{"dst"}, {"data"}}, {}, {}},
       {Op::kMax8, "max8", E::kVector, {{"dst"}, {"src"}}, {}, {}},
       {Op::kFindIndex8, "nc_find_index8", E::kVector, {{"dst"}, {"data"}, {"vals"}}, {}, {}},
       {Op::kReciprocal, "reciprocal", E::kVector, {{"dst"}, {"data"}}, {}, {}},
-      {Op::kPartitionReduce, "tensor_partition_reduce", E::kGpSimd, {{"dst"}, {"data"}}, {{"op"}}, {}},
+      {Op::kPartitionReduce, "tensor_partition_reduce", E::kGpSimd, {{"dst"}, {"data"}}, {coded("op", C::kAlu)}, {}},
       {Op::kScalarTensorTensor, "scalar_tensor_tensor", E::kVector,
-       {{"dst"}, {"data"}, {"operand0", kOpt}, {"operand1"}}, {{"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}},
+       {{"dst"}, {"data"}, {"operand0", kOpt}, {"operand1"}},
+       {coded("op0", C::kAlu), coded("op1", C::kAlu), {"reverse0"}, {"reverse1"}},
        {{"operand0"}}},
       {Op::kSelect, "select", E::kVector, {{"dst"}, {"predicate"}, {"on_true"}, {"on_false", kOpt}}, {},
        {{"on_false"}}},
@@ -90,33 +105,39 @@ const std::vector<OpInfo>& op_table() {
        {{"reverse_pred"}}, {{"src"}}},
       {Op::kSelectReduce, "select_reduce", E::kVector,
        {{"dst"}, {"predicate"}, {"on_true"}, {"on_false", kOpt}, {"reduce_res", kOpt}},
-       {{"reduce_cmd"}, {"reverse_pred"}}, {{"on_false"}}},
+       {coded("reduce_cmd", C::kReduceCmd), {"reverse_pred"}}, {{"on_false"}}},
       {Op::kRangeSelect, "range_select", E::kVector,
        {{"dst"}, {"on_true_tile"}, {"bound0"}, {"bound1"}, {"reduce_res", kOpt}},
-       {{"comp_op0"}, {"comp_op1"}, {"reduce_cmd"}, {"range_start"}}, {{"on_false_value"}}},
+       {coded("comp_op0", C::kAlu), coded("comp_op1", C::kAlu), coded("reduce_cmd", C::kReduceCmd), {"range_start"}},
+       {{"on_false_value"}}},
       {Op::kTensorScalarReduce, "tensor_scalar_reduce", E::kVector,
        {{"dst"}, {"data"}, {"operand0", kOpt}, {"reduce_res", kOpt}, {"reduce_init", kOpt}},
-       {{"op0"}, {"reduce_op"}, {"reduce_cmd"}, {"reduce_res_negate"}}, {{"operand0"}, {"reduce_init"}}},
+       {coded("op0", C::kAlu), coded("reduce_op", C::kAlu), coded("reduce_cmd", C::kReduceCmd), {"reduce_res_negate"}},
+       {{"operand0"}, {"reduce_init"}}},
       {Op::kTensorScalarCumulative, "tensor_scalar_cumulative", E::kVector,
-       {{"dst"}, {"src"}, {"imm0", kOpt}, {"imm1", kOpt}}, {{"op0"}, {"op1"}, {"reduce_cmd"}},
+       {{"dst"}, {"src"}, {"imm0", kOpt}, {"imm1", kOpt}},
+       {coded("op0", C::kAlu), coded("op1", C::kAlu), coded("reduce_cmd", C::kReduceCmd)},
        {{"imm0"}, {"imm1"}}},
       {Op::kExponential, "exponential", E::kVector,
-       {{"dst"}, {"src"}, {"max_value", kOpt}, {"reduce_res", kOpt}, {"reduce_init", kOpt}}, {{"reduce_cmd"}},
+       {{"dst"}, {"src"}, {"max_value", kOpt}, {"reduce_res", kOpt}, {"reduce_init", kOpt}},
+       {coded("reduce_cmd", C::kReduceCmd)},
        {{"max_value"}, {"reduce_init"}}},
       {Op::kActivate2, "activate2", E::kScalar,
        {{"dst"}, {"data"}, {"imm0", kOpt}, {"imm1", kOpt}, {"relu_param", kOpt}, {"reduce_res", kOpt}},
-       {{"op"}, {"op0"}, {"op1"}, {"reverse0"}, {"reverse1"}, {"reduce_op"}, {"reduce_cmd"}},
+       {coded("op", C::kAct), coded("op0", C::kAlu), coded("op1", C::kAlu), {"reverse0"}, {"reverse1"},
+        coded("reduce_op", C::kAluOrNone), coded("reduce_cmd", C::kReduceCmd)},
        {{"imm0"}, {"imm1"}, {"relu_param"}}},
       {Op::kMatchReplace8, "nc_match_replace8", E::kVector, {{"dst"}, {"data"}, {"vals"}, {"dst_idx", kOpt}}, {},
        {{"imm"}}},
       {Op::kStreamShuffle, "nc_stream_shuffle", E::kVector, {{"dst"}, {"src"}}, {{"shuffle_mask", kVar}}, {}},
-      {Op::kDmaTranspose, "dma_transpose", E::kDma, {{"dst"}, {"src"}}, {{"dge_mode"}, {"axes", kVar}}, {}},
+      {Op::kDmaTranspose, "dma_transpose", E::kDma, {{"dst"}, {"src"}},
+       {coded("dge_mode", C::kDgeMode), {"axes", kVar}}, {}},
       {Op::kNGather, "nc_n_gather", E::kGpSimd, {{"dst"}, {"data"}, {"indices"}}, {}, {}},
       {Op::kLocalGather, "local_gather", E::kGpSimd, {{"dst"}, {"src_buffer"}, {"index"}},
        {{"num_elem_per_idx"}, {"num_valid_indices"}}, {}},
       {Op::kNonzeroWithCount, "nonzero_with_count", E::kGpSimd, {{"dst"}, {"src"}},
        {{"index_offset"}, {"padding_val"}}, {}},
-      {Op::kDmaCompute, "dma_compute", E::kDma, {{"dst"}, {"srcs", kVar}}, {{"oob_mode", kOpt}},
+      {Op::kDmaCompute, "dma_compute", E::kDma, {{"dst"}, {"srcs", kVar}}, {coded("oob_mode", C::kOobMode, kOpt)},
        {{"scales", kVar}}},
       {Op::kSendRecv, "sendrecv", E::kDma, {{"dst"}, {"src"}}, {{"send_to_rank"}, {"recv_from_rank"}, {"pipe_id"}},
        {}},
@@ -169,6 +190,14 @@ const char* act_name(Act a) { return kActNames[static_cast<int>(a)]; }
 std::optional<Act> act_from_name(std::string_view name) { return find_name<Act>(kActNames, name); }
 const char* engine_name(Engine e) { return kEngineNames[static_cast<int>(e)]; }
 std::optional<Engine> engine_from_name(std::string_view name) { return find_name<Engine>(kEngineNames, name); }
+const char* reduce_cmd_name(ReduceCmd c) { return kReduceCmdNames[static_cast<int>(c)]; }
+std::optional<ReduceCmd> reduce_cmd_from_name(std::string_view name) {
+  return find_name<ReduceCmd>(kReduceCmdNames, name);
+}
+const char* dge_mode_name(DgeMode m) { return kDgeModeNames[static_cast<int>(m)]; }
+std::optional<DgeMode> dge_mode_from_name(std::string_view name) { return find_name<DgeMode>(kDgeModeNames, name); }
+const char* oob_mode_name(OobMode m) { return kOobModeNames[static_cast<int>(m)]; }
+std::optional<OobMode> oob_mode_from_name(std::string_view name) { return find_name<OobMode>(kOobModeNames, name); }
 
 const OpInfo& op_info(Op op) {
   static const bool complete = [] {  // one row per Op, in enum order
@@ -240,6 +269,30 @@ std::string layout_problem(const Instr& in) {
   if (p.empty()) p = count_problem(info.ints, in.ints.size(), "int attributes");
   if (p.empty()) p = count_problem(info.floats, in.floats.size(), "float attributes");
   return p;
+}
+
+std::string code_problem(const Instr& in) {
+  const std::vector<Param>& params = op_info(in.op).ints;
+  for (size_t i = 0; i < in.ints.size() && i < params.size(); ++i) {
+    const Param& p = params[i];
+    const int64_t v = in.ints[i];
+    int count = 0;
+    const char* what = "";
+    switch (p.code) {
+      case Code::kInt: continue;
+      case Code::kAlu:
+      case Code::kAluOrNone: count = kNumAlu; what = "an ALU operator (nki.language's add, ...)"; break;
+      case Code::kAct: count = kNumAct; what = "an activation function (nki.language's exp, ...)"; break;
+      case Code::kEngine: count = kNumEngines; what = "an engine (nki.isa.engine)"; break;
+      case Code::kReduceCmd: count = kNumReduceCmds; what = "a reduce command (nki.isa.reduce_cmd)"; break;
+      case Code::kDgeMode: count = kNumDgeModes; what = "a DGE mode (nki.isa.dge_mode)"; break;
+      case Code::kOobMode: count = kNumOobModes; what = "an out-of-bounds mode (nki.isa.oob_mode)"; break;
+    }
+    if ((v >= 0 && v < count) || (p.code == Code::kAluOrNone && v == -1)) continue;
+    return std::string("attribute '") + p.name + "' is " + std::to_string(v) + ", which is not " + what +
+           ": codes are 0.." + std::to_string(count - 1) + (p.code == Code::kAluOrNone ? " (-1: none)" : "");
+  }
+  return "";
 }
 
 bool is_float(DType d) { return static_cast<int>(d) <= static_cast<int>(DType::kFloat8E5M2); }

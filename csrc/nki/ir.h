@@ -29,8 +29,9 @@ std::optional<DType> dtype_from_name(std::string_view name);
 bool is_float(DType d);
 bool is_fp8(DType d);
 
-// Memories. nl.hbm is private HBM.
+// Memories (nki.language's memory regions; buffer_name: "hbm" is nl.hbm, private HBM).
 enum class Buffer : uint8_t { kPrivateHbm, kSharedHbm, kSbuf, kPsum };
+constexpr int kNumBuffers = static_cast<int>(Buffer::kPsum) + 1;
 const char* buffer_name(Buffer b);
 inline bool on_chip(Buffer b) { return b == Buffer::kSbuf || b == Buffer::kPsum; }
 
@@ -171,6 +172,31 @@ constexpr int kNumEngines = static_cast<int>(Engine::kSync) + 1;
 const char* engine_name(Engine e);  // "tensor", "vector", ... as nki.isa.engine names them
 std::optional<Engine> engine_from_name(std::string_view name);
 
+// What an instruction with accumulator registers (the Vector / Scalar engines' per-partition
+// reduce registers) does with them (nki.isa.reduce_cmd): idle leaves them alone, reset sets them
+// to the reduce operator's identity, load_reduce to given initial values; reduce and
+// reset_reduce / load_reduce accumulate the instruction's results.
+enum class ReduceCmd : int8_t { kIdle, kReset, kReduce, kResetReduce, kLoadReduce };
+constexpr int kNumReduceCmds = static_cast<int>(ReduceCmd::kLoadReduce) + 1;
+const char* reduce_cmd_name(ReduceCmd c);
+std::optional<ReduceCmd> reduce_cmd_from_name(std::string_view name);
+inline bool resets(ReduceCmd c) { return c == ReduceCmd::kReset || c == ReduceCmd::kResetReduce; }
+inline bool accumulates(ReduceCmd c) { return static_cast<int>(c) >= static_cast<int>(ReduceCmd::kReduce); }
+
+// How a DMA's descriptors are generated (nki.isa.dge_mode): swdge is the indirect (vector
+// offset) form, hwdge the hardware DGE with its own transpose limits.
+enum class DgeMode : int8_t { kUnknown, kSwdge, kHwdge, kNone };
+constexpr int kNumDgeModes = static_cast<int>(DgeMode::kNone) + 1;
+const char* dge_mode_name(DgeMode m);
+std::optional<DgeMode> dge_mode_from_name(std::string_view name);
+
+// What an indirect DMA does with a row whose run-time offset falls outside its tensor
+// (nki.isa.oob_mode): raise, or skip the row.
+enum class OobMode : int8_t { kError, kSkip };
+constexpr int kNumOobModes = static_cast<int>(OobMode::kSkip) + 1;
+const char* oob_mode_name(OobMode m);
+std::optional<OobMode> oob_mode_from_name(std::string_view name);
+
 // ---- The op table --------------------------------------------------------------------------
 // One row per Op: its nki.isa name, the engine that runs it, and what an Instr of it holds: its
 // operands (args) and its int and float attributes, in storage order. The Python front end lays
@@ -181,10 +207,14 @@ std::optional<Engine> engine_from_name(std::string_view name);
 // (a hand-built Instr may stop before it). kVariadic: the rest of the list, `group` values per
 // repetition ((step, num) pairs: 2).
 enum class Arity : uint8_t { kOne, kOptional, kVariadic };
+// Which enum an int attribute holds a code of (kInt: a plain integer); the verifier checks the
+// code names a value (kAluOrNone: or -1, no operator).
+enum class Code : uint8_t { kInt, kAlu, kAluOrNone, kAct, kEngine, kReduceCmd, kDgeMode, kOobMode };
 struct Param {
   const char* name;
   Arity arity = Arity::kOne;
   int group = 1;
+  Code code = Code::kInt;
 };
 struct OpInfo {
   Op op;
@@ -221,6 +251,9 @@ std::vector<int64_t> int_tail(const Instr& in, std::string_view name);
 std::vector<double> float_tail(const Instr& in, std::string_view name);
 // Whether the instruction's operand, attribute counts fit its row; the problem, else "".
 std::string layout_problem(const Instr& in);
+// Whether every enum code the instruction's int attributes hold (Param::code) names a value of
+// its enum; the problem, else "". Checked after layout_problem.
+std::string code_problem(const Instr& in);
 
 // The simulated NeuronCore generation a kernel is traced for: the verifier's view of a chip of
 // the platform model (runtime/platform.h), which owns every value; target_for fills it.

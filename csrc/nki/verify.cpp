@@ -39,6 +39,8 @@ class Verifier {
       // by name; optional operands left off the end are absent.
       const std::string problem = layout_problem(recorded);
       if (!problem.empty()) fail("instr-layout", problem);
+      const std::string bad_code = code_problem(recorded);
+      if (!bad_code.empty()) fail("ir-code", bad_code);
       std::optional<Instr> padded;
       const size_t n_operands = op_info(recorded.op).operands.size();
       if (recorded.args.size() < n_operands && op_info(recorded.op).operands.back().arity != Arity::kVariadic) {
@@ -72,6 +74,15 @@ class Verifier {
   }
 
   void check_decl(const TensorDecl& t) {
+    // Codes first: everything below reads them as enum values.
+    if (static_cast<int>(t.dtype) >= kNumDTypes) {
+      fail("ir-code", "tensor '" + t.name + "' has dtype code " + std::to_string(static_cast<int>(t.dtype)) +
+                          ", which is not a dtype (codes 0.." + std::to_string(kNumDTypes - 1) + ")", &t.loc);
+    }
+    if (static_cast<int>(t.buffer) >= kNumBuffers) {
+      fail("ir-code", "tensor '" + t.name + "' has memory code " + std::to_string(static_cast<int>(t.buffer)) +
+                          ", which is not a memory (codes 0.." + std::to_string(kNumBuffers - 1) + ")", &t.loc);
+    }
     if (!on_chip(t.buffer)) return;
     const std::string what = "a " + shape_str(t.shape) + " " + dtype_name(t.dtype) + " tensor in " +
                              buffer_name(t.buffer);
@@ -123,7 +134,8 @@ class Verifier {
         fail("dynamic-offset", "vector_offset (a per-partition index) is a DMA feature: use it in nisa.dma_copy, "
                                "nisa.dma_compute or nisa.dma_transpose(dge_mode=swdge)");
       }
-      if (transpose && (&a != &cur_->args[1] || int_attr(*cur_, "dge_mode") != 1)) {
+      if (transpose && (&a != &cur_->args[1] ||
+                        static_cast<DgeMode>(int_attr(*cur_, "dge_mode")) != DgeMode::kSwdge)) {
         fail("dynamic-offset", "an indirect dma_transpose indexes its source, with dge_mode=nisa.dge_mode.swdge");
       }
       if (on_chip(decl(a).buffer)) {
@@ -256,7 +268,7 @@ class Verifier {
 
   void check_dma_transpose(const Instr& in) {
     const Access &dst = in.args[0], &src = in.args[1];
-    const int64_t mode = int_attr(in, "dge_mode");
+    const DgeMode mode = static_cast<DgeMode>(int_attr(in, "dge_mode"));
     const std::vector<int64_t> axes = int_tail(in, "axes");
     if (buf(dst) != Buffer::kSbuf) {
       fail("dma-transpose", "destination " + describe(dst) + " must be in SBUF");
@@ -285,11 +297,11 @@ class Verifier {
       fail("dma-transpose", "destination " + describe(dst) + " must have the permuted source shape " +
                                 shape_str(want));
     }
-    if (mode == 1 && !src.index.present()) {
+    if (mode == DgeMode::kSwdge && !src.index.present()) {
       fail("dma-transpose", "dge_mode=swdge is the indirect form: give the source a vector_offset (or use unknown, "
                             "hwdge or none)");
     }
-    if (mode == 2) {  // hardware DGE
+    if (mode == DgeMode::kHwdge) {
       if (dtype_size(dt(src)) != 2) {
         fail("dma-transpose", std::string("a hwdge transpose moves 2-byte elements; the source is ") +
                                   dtype_name(dt(src)));

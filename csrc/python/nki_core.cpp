@@ -35,6 +35,24 @@ struct KernelBuilder {
   Kernel k;
 };
 
+// A dtype / memory code from the front end as its enum; a code outside the enum is a ValueError
+// here, not a value the verifier and executor would index tables with.
+neuron::nki::DType dtype_of_code(int code) {
+  if (code < 0 || code >= neuron::nki::kNumDTypes) {
+    throw py::value_error("nki: dtype code " + std::to_string(code) + " is not an NKI dtype; the codes are 0.." +
+                          std::to_string(neuron::nki::kNumDTypes - 1) + " (nki._core.DTYPES)");
+  }
+  return static_cast<neuron::nki::DType>(code);
+}
+
+neuron::nki::Buffer buffer_of_code(int code) {
+  if (code < 0 || code >= neuron::nki::kNumBuffers) {
+    throw py::value_error("nki: memory code " + std::to_string(code) + " is not an NKI memory; the codes are 0.." +
+                          std::to_string(neuron::nki::kNumBuffers - 1) + " (nki._core.BUFFERS)");
+  }
+  return static_cast<neuron::nki::Buffer>(code);
+}
+
 // A host thread pool as a C function: pool(n, body, ctx) calls body(ctx, begin, end) on ranges
 // covering [0, n). torch_neuronx._C._parallel_for is torch's intra-op pool behind a capsule of
 // this name; installed, large tiles run there (one pool per process: no oversubscription).
@@ -112,8 +130,8 @@ void register_nki(py::module_& m) {
       .def("tensor",
            [](KernelBuilder& b, int buffer, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
               int line, int external) {
-             neuron::nki::TensorDecl t{static_cast<neuron::nki::Buffer>(buffer), static_cast<neuron::nki::DType>(dtype),
-                                       std::move(shape), std::move(name), {std::move(file), line}, external};
+             neuron::nki::TensorDecl t{buffer_of_code(buffer), dtype_of_code(dtype), std::move(shape), std::move(name),
+                                       {std::move(file), line}, external};
              b.k.tensors.push_back(std::move(t));
              return static_cast<int>(b.k.tensors.size() - 1);
            })
@@ -137,10 +155,13 @@ void register_nki(py::module_& m) {
       .def("alias",
            [](KernelBuilder& b, int base, int dtype, std::vector<int64_t> shape, std::string name, std::string file,
               int line) {
-             const neuron::nki::TensorDecl& of = b.k.tensors.at(base);
+             if (base < 0 || base >= static_cast<int>(b.k.tensors.size())) {
+               throw py::value_error("nki: alias of tensor " + std::to_string(base) + ", which is not declared");
+             }
+             const neuron::nki::TensorDecl& of = b.k.tensors[base];
              if (of.alias >= 0) base = of.alias;  // an alias of an alias reinterprets the same base
-             neuron::nki::TensorDecl t{of.buffer, static_cast<neuron::nki::DType>(dtype), std::move(shape),
-                                       std::move(name), {std::move(file), line}, -1, base};
+             neuron::nki::TensorDecl t{of.buffer, dtype_of_code(dtype), std::move(shape), std::move(name),
+                                       {std::move(file), line}, -1, base};
              b.k.tensors.push_back(std::move(t));
              return static_cast<int>(b.k.tensors.size() - 1);
            })

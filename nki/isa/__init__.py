@@ -60,8 +60,18 @@ def _scalar_or_column(x, what: str):
     return None, float(x)
 
 
+def _code(kind, value, what: str) -> int:
+    """The code of an argument that takes one of an enum's values (``nisa.oob_mode.skip``, or its
+    number); anything else is a ValueError naming the choices."""
+    try:
+        return int(kind(value))
+    except (ValueError, TypeError):
+        names = ", ".join(f"nisa.{kind.__name__}.{m.name}" for m in kind)
+        raise ValueError(f"{what}={value!r} is not a nisa.{kind.__name__}; use one of {names}") from None
+
+
 def _engine(e) -> int:
-    return int(engine(e)) if e is not None else 0
+    return _code(engine, e, "engine") if e is not None else 0
 
 
 def _no_gpsimd_psum(what: str, eng, *tensors) -> None:
@@ -83,7 +93,8 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     run-time offset (``ap(scalar_offset=/vector_offset=)``, ``select``, ``vector_select``) an access
     outside the tensor raises, or with ``oob_mode=oob_mode.skip`` is skipped (that row, for a vector
     offset)."""
-    current().emit("dma_copy", [_t(dst, "dst"), _t(src, "src")], {"oob_mode": oob_mode})
+    current().emit("dma_copy", [_t(dst, "dst"), _t(src, "src")],
+                   {"oob_mode": _code(_oob_mode_t, oob_mode, "oob_mode")})
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None):
@@ -182,7 +193,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     if ts is None and scale is None:
         is_ = 1.0
     current().emit("activation", [_t(dst, "dst"), _t(data, "data"), tb, ts, _opt_t(reduce_res, "reduce_res")],
-                   {"op": _ops.act(op), "reduce_cmd": reduce_cmd}, {"scale": is_, "bias": ib})
+                   {"op": _ops.act(op), "reduce_cmd": _reduce_cmd(reduce_cmd)}, {"scale": is_, "bias": ib})
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
@@ -260,7 +271,7 @@ _FP32_MIN = -3.4028234663852886e38
 
 
 def _reduce_cmd(cmd) -> int:
-    return int(reduce_cmd(cmd))
+    return _code(_reduce_cmd_t, cmd, "reduce_cmd")
 
 
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
@@ -366,7 +377,8 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     """DMA transpose into SBUF: 2-D ``(1, 0)``, 3-D ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)``. With
     ``dge_mode=swdge`` the source carries a ``vector_offset`` (rows gathered at run time)."""
     axes = [] if axes is None else [int(a) for a in axes]
-    current().emit("dma_transpose", [_t(dst, "dst"), _t(src, "src")], {"dge_mode": dge_mode, "axes": axes})
+    current().emit("dma_transpose", [_t(dst, "dst"), _t(src, "src")],
+                   {"dge_mode": _code(_dge_mode_t, dge_mode, "dge_mode"), "axes": axes})
 
 
 def nc_n_gather(dst, data, indices, name=None):
@@ -409,7 +421,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         raise NotImplementedError("dma_compute(unique_indices=False): non-unique scatter indices are not supported "
                                   "(as in NKI)")
     current().emit("dma_compute", [_t(dst, "dst")] + [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)],
-                   {"oob_mode": oob_mode}, {"scales": scales})
+                   {"oob_mode": _code(_oob_mode_t, oob_mode, "oob_mode")}, {"scales": scales})
 
 
 def _rank(x, what: str) -> int:
@@ -445,7 +457,8 @@ def _max_only(what, reduce_op):
         raise NkiValidationError(f"{what}: reduce_op must be nl.maximum", "alu-op", *_here())
 
 
-_reduce_cmd_t, _dge_mode_t = reduce_cmd, dge_mode
+# The enums by other names, for functions whose parameters shadow them.
+_reduce_cmd_t, _dge_mode_t, _oob_mode_t = reduce_cmd, dge_mode, oob_mode
 
 
 def _here():

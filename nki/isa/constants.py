@@ -5,37 +5,21 @@ from __future__ import annotations
 
 import enum
 
+from .. import _core
+
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "dma_engine", "nc_version"]
 
 
-class engine(enum.IntEnum):
-    unknown = 0
-    tensor = 1
-    scalar = 2
-    gpsimd = 3
-    dma = 4
-    vector = 5
-    sync = 6
+# The enums the C++ core interprets take their codes from it by name (csrc/nki/ir.h: Engine,
+# ReduceCmd, DgeMode, OobMode); the others are front-end only.
+def _from_core(name: str, codes: dict) -> type:
+    return enum.IntEnum(name, sorted(codes.items(), key=lambda kv: kv[1]), module=__name__)
 
 
-class reduce_cmd(enum.IntEnum):
-    idle = 0
-    reset = 1
-    reduce = 2
-    reset_reduce = 3
-    load_reduce = 4
-
-
-class dge_mode(enum.IntEnum):
-    unknown = 0
-    swdge = 1
-    hwdge = 2
-    none = 3
-
-
-class oob_mode(enum.IntEnum):
-    error = 0
-    skip = 1
+engine = _from_core("engine", _core.ENGINES)
+reduce_cmd = _from_core("reduce_cmd", _core.REDUCE_CMDS)
+dge_mode = _from_core("dge_mode", _core.DGE_MODES)
+oob_mode = _from_core("oob_mode", _core.OOB_MODES)
 
 
 class matmul_perf_mode(enum.IntEnum):

@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "nki/execute.h"
 #include "nki/ir.h"
@@ -60,7 +61,7 @@ TEST(NkiOpTable, EnginesAreTheHardwareOnes) {
   EXPECT_EQ(nk::engine_of(nk::Op::kCoreBarrier), nk::Engine::kSync);
 }
 
-TEST(NkiNameTables, DTypesAluOpsActivationsAndEnginesRoundTrip) {
+TEST(NkiNameTables, EveryEnumsNamesRoundTrip) {
   std::set<std::string> seen;
   for (int i = 0; i < nk::kNumDTypes; ++i) {
     const auto d = static_cast<nk::DType>(i);
@@ -88,7 +89,33 @@ TEST(NkiNameTables, DTypesAluOpsActivationsAndEnginesRoundTrip) {
     EXPECT_TRUE(seen.insert(nk::engine_name(e)).second);
     EXPECT_EQ(*nk::engine_from_name(nk::engine_name(e)), e);
   }
+  // Reduce commands, DGE and out-of-bounds modes, memories: nki.isa's / nki.language's names.
+  auto round_trip = [](int count, auto name, auto from_name, const char* what) {
+    std::set<std::string> names;
+    for (int i = 0; i < count; ++i) {
+      using E = decltype(*from_name(""));
+      const auto e = static_cast<std::decay_t<E>>(i);
+      SCOPED_TRACE(std::string(what) + " " + std::to_string(i));
+      ASSERT_NE(name(e), nullptr);
+      EXPECT_TRUE(names.insert(name(e)).second) << name(e);
+      ASSERT_TRUE(from_name(name(e)).has_value()) << name(e);
+      EXPECT_EQ(*from_name(name(e)), e);
+    }
+    EXPECT_FALSE(from_name("no_such_name").has_value());
+  };
+  round_trip(nk::kNumReduceCmds, nk::reduce_cmd_name, nk::reduce_cmd_from_name, "reduce_cmd");
+  round_trip(nk::kNumDgeModes, nk::dge_mode_name, nk::dge_mode_from_name, "dge_mode");
+  round_trip(nk::kNumOobModes, nk::oob_mode_name, nk::oob_mode_from_name, "oob_mode");
+  seen.clear();
+  for (int i = 0; i < nk::kNumBuffers; ++i) {
+    EXPECT_TRUE(seen.insert(nk::buffer_name(static_cast<nk::Buffer>(i))).second);
+  }
   // The names the front end spells.
+  EXPECT_EQ(*nk::reduce_cmd_from_name("reset_reduce"), nk::ReduceCmd::kResetReduce);
+  EXPECT_EQ(*nk::dge_mode_from_name("swdge"), nk::DgeMode::kSwdge);
+  EXPECT_EQ(*nk::oob_mode_from_name("skip"), nk::OobMode::kSkip);
+  EXPECT_TRUE(nk::accumulates(nk::ReduceCmd::kLoadReduce) && !nk::accumulates(nk::ReduceCmd::kReset));
+  EXPECT_TRUE(nk::resets(nk::ReduceCmd::kResetReduce) && !nk::resets(nk::ReduceCmd::kLoadReduce));
   EXPECT_EQ(*nk::dtype_from_name("bfloat16"), nk::DType::kBFloat16);
   EXPECT_EQ(*nk::alu_from_name("bitwise_xor"), nk::Alu::kBitwiseXor);
   EXPECT_EQ(*nk::act_from_name("gelu_apprx_tanh"), nk::Act::kGeluApprxTanh);

@@ -7,6 +7,8 @@
 //
 // Rules covered (docs/nki.md, "Verifier rules"), with the checks of verify.cpp behind each:
 //   partition-limit        declarations: at most 128 partitions (VerifierDeclarations)
+//   ir-code                enum codes out of range: every coded attribute of every op, a declaration's dtype
+//                          and memory (VerifierCodes)
 //   on-chip-rank           1-D SBUF/PSUM declarations; 0-D on-chip accesses (VerifierDeclarations, VerifierAccesses)
 //   sbuf-capacity          one declaration; the live tensors at an instruction (VerifierDeclarations, VerifierCapacity)
 //   psum-capacity          likewise, PSUM in whole 2 KiB banks (VerifierDeclarations, VerifierCapacity)
@@ -44,6 +46,7 @@
 
 #include <functional>
 #include <limits>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -236,6 +239,71 @@ TEST(NkiVerifier, EveryOpHasAFittingKernel) {
     ASSERT_EQ(b.k.instrs.size(), 1u) << "fitting() has no kernel for this op";
     EXPECT_FITS(b.k);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Enum codes (ir-code): a hand-built IR may hold any integer where an enum is meant
+// ---------------------------------------------------------------------------------------------
+
+// Every int attribute the op table marks as a code, of every op, out of its enum's range on both
+// sides: rule ir-code naming the attribute. Its highest code (and -1 where "none" is allowed)
+// passes this rule; other rules (an operator the op does not support) may still refuse it.
+TEST(VerifierCodes, EveryCodedAttributeOfEveryOpIsInItsEnum) {
+  auto count_of = [](nk::Code c) {
+    switch (c) {
+      case nk::Code::kAlu: case nk::Code::kAluOrNone: return nk::kNumAlu;
+      case nk::Code::kAct: return nk::kNumAct;
+      case nk::Code::kEngine: return nk::kNumEngines;
+      case nk::Code::kReduceCmd: return nk::kNumReduceCmds;
+      case nk::Code::kDgeMode: return nk::kNumDgeModes;
+      case nk::Code::kOobMode: return nk::kNumOobModes;
+      case nk::Code::kInt: break;
+    }
+    return 0;
+  };
+  std::set<nk::Code> kinds;
+  for (int i = 0; i < nk::kNumOps; ++i) {
+    const O op = static_cast<O>(i);
+    const auto& params = nk::op_info(op).ints;
+    for (size_t j = 0; j < params.size(); ++j) {
+      const nk::Param& p = params[j];
+      if (p.code == nk::Code::kInt) continue;
+      SCOPED_TRACE(std::string(nk::op_name(op)) + "." + p.name);
+      const int n = count_of(p.code);
+      auto with = [&](int64_t v) {
+        return mutated(op, [&](nk::Kernel& k) {
+          auto& ints = k.instrs[0].ints;
+          if (ints.size() <= j) ints.resize(j + 1, 0);  // an optional attribute the fitting kernel leaves off
+          ints[j] = v;
+        });
+      };
+      const std::string attr = std::string("'") + p.name + "'";
+      EXPECT_BREAKS(with(n), "ir-code", attr, "is " + std::to_string(n), "codes are 0.." + std::to_string(n - 1));
+      EXPECT_BREAKS(with(1000), "ir-code", attr, "is 1000");
+      EXPECT_BREAKS(with(-2), "ir-code", attr, "is -2");
+      if (p.code != nk::Code::kAluOrNone) EXPECT_BREAKS(with(-1), "ir-code", attr, "is -1");
+      for (int64_t ok : {int64_t{n - 1}, int64_t{p.code == nk::Code::kAluOrNone ? -1 : 0}}) {
+        try {
+          nk::verify(with(ok));
+        } catch (const nk::VerifyError& e) {
+          EXPECT_NE(e.rule, "ir-code") << ok << ": " << e.what();
+        }
+      }
+      kinds.insert(p.code);
+    }
+  }
+  EXPECT_EQ(kinds.size(), 7u) << "every kind of code but kInt is some op's attribute";
+}
+
+TEST(VerifierCodes, DeclarationsHoldADtypeAndAMemory) {
+  Kb dtype, memory;
+  dtype.sb({4, 8});
+  dtype.k.tensors[0].dtype = static_cast<D>(nk::kNumDTypes);
+  memory.sb({4, 8});
+  memory.k.tensors[0].buffer = static_cast<B>(nk::kNumBuffers);
+  EXPECT_BREAKS(dtype.k, "ir-code", "'t0'", "dtype code " + std::to_string(nk::kNumDTypes), "not a dtype");
+  EXPECT_BREAKS(memory.k, "ir-code", "'t0'", "memory code " + std::to_string(nk::kNumBuffers), "not a memory");
+  EXPECT_EQ(error_of(dtype.k).loc.line, kDeclLine);
 }
 
 // ---------------------------------------------------------------------------------------------

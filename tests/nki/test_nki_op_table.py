@@ -13,8 +13,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki import _core, _dtypes, _ops
 
-_MAPS = {"OPS": _core.OPS, "DTYPES": _core.DTYPES, "ALU_OPS": _core.ALU_OPS, "ACTIVATIONS": _core.ACTIVATIONS,
-         "ENGINES": _core.ENGINES}
+_MAPS = {name: getattr(_core, name) for name in ("OPS", "DTYPES", "ALU_OPS", "ACTIVATIONS", "ENGINES", "BUFFERS",
+                                                 "REDUCE_CMDS", "DGE_MODES", "OOB_MODES")}
 
 
 @pytest.mark.parametrize("name", sorted(_MAPS))
@@ -63,8 +63,100 @@ def test_every_alu_operator_and_activation_has_its_nl_function():
         assert fn.__name__ == next(n for n, c in _core.ACTIVATIONS.items() if c == code)
 
 
-def test_isa_engine_enum_is_the_cores():
-    assert {e.name: int(e) for e in nisa.engine} == dict(_core.ENGINES)
+def test_isa_enums_the_core_interprets_are_the_cores():
+    for enum, codes in ((nisa.engine, _core.ENGINES), (nisa.reduce_cmd, _core.REDUCE_CMDS),
+                        (nisa.dge_mode, _core.DGE_MODES), (nisa.oob_mode, _core.OOB_MODES)):
+        assert {e.name: int(e) for e in enum} == dict(codes), enum.__name__
+        assert getattr(nisa.constants, enum.__name__) is enum
+    # nki.language's memories: nl.hbm is the core's "hbm" (private HBM)
+    assert {nl.hbm.value, nl.shared_hbm.value, nl.sbuf.value, nl.psum.value} == set(_core.BUFFERS.values())
+    assert nl.hbm is nl.private_hbm and nl.hbm.value == _core.BUFFERS["hbm"]
+    assert all(getattr(nl, n).value == c for n, c in _core.BUFFERS.items())
+
+
+def test_coded_attributes_name_their_map():
+    kinds = set()
+    for row in _core.OP_TABLE:
+        for p in row["ints"]:
+            if p["code"] is not None:
+                kinds.add(p["code"])
+                assert p["code"].removesuffix(" or -1") in _MAPS, (row["name"], p)
+        assert all(p.get("code") is None for p in row["floats"])
+    assert kinds == {"ALU_OPS", "ALU_OPS or -1", "ACTIVATIONS", "ENGINES", "REDUCE_CMDS", "DGE_MODES", "OOB_MODES"}
+    rows = {r["name"]: r for r in _core.OP_TABLE}
+    assert [p["code"] for p in rows["activation"]["ints"]] == ["ACTIVATIONS", "REDUCE_CMDS"]
+    assert [p["code"] for p in rows["tensor_scalar"]["ints"]] == ["ALU_OPS", None, "ALU_OPS or -1", None]
+
+
+# ---- bad codes from a hand-built kernel: a clear error, never an index into a table ----------
+
+def _builder():
+    b = _core.KernelBuilder("trn2")
+    sb, f32 = _core.BUFFERS["sbuf"], _core.DTYPES["float32"]
+    return b, b.tensor(sb, f32, [4, 8], "x", "k.py", 3, -1), b.tensor(sb, f32, [4, 8], "y", "k.py", 4, -1)
+
+
+def _whole(t):
+    return (t, 0, [(8, 4), (1, 8)], -1, 0, 0, 0, False)
+
+
+@pytest.mark.parametrize("code", [-1, len(_core.DTYPES), 255, 1 << 20])
+def test_a_dtype_code_outside_the_table_is_a_value_error(code):
+    b, x, _ = _builder()
+    with pytest.raises(ValueError, match=rf"dtype code {code} is not an NKI dtype; the codes are 0\.\.13"):
+        b.tensor(_core.BUFFERS["sbuf"], code, [4, 8], "z", "k.py", 5, -1)
+    with pytest.raises(ValueError, match=rf"dtype code {code} is not an NKI dtype"):
+        b.alias(x, code, [4, 8], "z", "k.py", 5)
+    with pytest.raises(ValueError, match="memory code"):
+        b.tensor(len(_core.BUFFERS) if code >= 0 else code, _core.DTYPES["float32"], [4, 8], "z", "k.py", 5, -1)
+    with pytest.raises(ValueError, match="alias of tensor 7, which is not declared"):
+        b.alias(7, _core.DTYPES["float32"], [4, 8], "z", "k.py", 5)
+    # good codes still declare
+    assert b.alias(x, _core.DTYPES["int32"], [4, 8], "xi", "k.py", 6) == 2
+
+
+@pytest.mark.parametrize("op, ints, attr", [
+    ("tensor_scalar", lambda: [len(_core.ALU_OPS), 0, -1, 0], "op0"),
+    ("tensor_scalar", lambda: [_core.ALU_OPS["add"], 0, -2, 0], "op1"),
+    ("activation", lambda: [len(_core.ACTIVATIONS), 0], "op"),
+    ("activation", lambda: [_core.ACTIVATIONS["exp"], len(_core.REDUCE_CMDS)], "reduce_cmd"),
+    ("tensor_copy", lambda: [len(_core.ENGINES)], "engine"),
+])
+def test_an_attribute_code_outside_its_enum_is_a_verifier_error(op, ints, attr):
+    b, x, y = _builder()
+    floats = {"tensor_scalar": [1.0, 0.0], "activation": [1.0, 0.0]}.get(op, [])
+    b.instr(_core.OPS[op], [_whole(y), _whole(x)], ints(), floats, "k.py", 9)
+    with pytest.raises(nki.NkiValidationError, match=rf"\[ir-code\] {op}: attribute '{attr}' is -?\d+, which is not") as e:
+        b.build(nki.NkiValidationError)
+    assert (e.value.rule, e.value.filename, e.value.lineno) == ("ir-code", "k.py", 9)
+
+
+def test_isa_enum_arguments_take_their_enums_values_only():
+    @nki.jit
+    def copy(x, mode):
+        out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
+        nisa.dma_copy(dst=t, src=x, oob_mode=mode)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(nki.simulate(copy)(x, nisa.oob_mode.skip), x)
+    np.testing.assert_array_equal(nki.simulate(copy)(x, 0), x)  # a code is its enum's value
+    with pytest.raises(ValueError, match=r"oob_mode=7 is not a nisa.oob_mode; use one of nisa.oob_mode.error, "
+                                         r"nisa.oob_mode.skip"):
+        nki.simulate(copy)(x, 7)
+    with pytest.raises(ValueError, match=r"reduce_cmd='reset' is not a nisa.reduce_cmd"):
+        nki.simulate(_activation_with_cmd)(x, "reset")
+
+
+@nki.jit
+def _activation_with_cmd(x, cmd):
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    t = nl.load(x)
+    nisa.activation(dst=t, op=nl.exp, data=t, reduce_cmd=cmd)
+    nl.store(out, t)
+    return out
 
 
 def _emits(module):
