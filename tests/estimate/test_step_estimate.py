@@ -119,6 +119,27 @@ def test_pipeline_and_ddp_collective_volumes():
     assert ar.comm_bytes == (L // pp * PARAMS_PER_LAYER + ROOT_PARAMS) * BF16 and ar.group == (0, 1)
 
 
+def test_elementwise_ops_cost_what_the_engine_model_gives_their_streaming_kernel():
+    import nki
+
+    from torch_neuronx.estimate._capture import Op
+    from torch_neuronx.estimate._costs import target, trainium_op_cost
+    from torch_neuronx.estimate._elementwise import COLS, P, _binary
+
+    t = target("trn2")
+
+    def add(rows):
+        shape = (rows, COLS)
+        return Op("aten.add.Tensor", "forward", [(shape, "bfloat16")] * 2, [(shape, "bfloat16")], 0, 0)
+
+    spec = nki.TensorSpec((8 * P, COLS), "bfloat16")
+    want = nki.estimate(_binary, platform="trn2")(spec, spec).latency_us * 1e-6
+    # A rank (logical core) is two physical cores: the op is split over them.
+    assert trainium_op_cost(add(8 * P), t, "bf16").seconds * t.lnc == pytest.approx(want, rel=1e-6)
+    times = [trainium_op_cost(add(rows), t, "bf16").seconds for rows in (1, 128, 4096, 65536)]
+    assert times == sorted(times) and times[0] > 0
+
+
 def test_estimate_end_to_end_and_deterministic():
     kw = dict(task="train", batch=4, seq=SEQ, tp=2, dp=2, fsdp=True, platforms="trn2,trn3,h100")
     a = torch_neuronx.estimate(config(), **kw)

@@ -3,7 +3,7 @@
 - Matmuls, attention, norms and softmax: the engine model of our shipped NKI kernels at the op's
   shapes (``kernel_time`` in nki/_estimate.py, through the one seam ``kernel_cost`` below). The
   engine model is the only source of efficiency for these ops.
-- Element-wise ops and reductions: engine rates and HBM traffic (the rules in ``RULES``).
+- Element-wise ops and reductions: the engine model of small streaming NKI kernels (_elementwise.py).
 - Copies, gathers, concatenations: DMA and HBM traffic.
 - Views and metadata: free.
 Collectives are costed in _collectives.py; GPU comparators in _gpu.py.
@@ -19,18 +19,9 @@ from torch_neuronx.estimate import _facts
 from torch_neuronx.estimate._capture import Op
 from torch_neuronx.estimate._errors import EstimateError
 
-# Cost rules for ops the NKI kernels do not cover. Chip rates (lanes, clocks, bandwidths) are the
-# platform model's; these are the instruction rules that turn them into time.
-RULES = {
-    # nki/guides/architecture/trainium_inferentia2_arch.rst ("Vector/Scalar engine": an instruction over
-    # a free size of N elements per partition takes ~N cycles per input operand)
-    "elements_per_lane_cycle": 1.0,
-    # same page: ~100 cycles of fixed latency for an instruction that depends on the previous one,
-    # plus ~60 cycles of SBUF access: charged once per op
-    "fixed_cycles_per_op": 160,
-    # nki/deep-dives/nki_perf_guide.rst: an HBM->HBM copy through DMA reads and writes every byte
-    "copy_passes": 1,
-}
+# Copies (gathers, concatenations, FSDP's copy-in/out) move through DMA: every byte is read and written
+# once at the rank's share of HBM / DMA bandwidth (nki/deep-dives/nki_perf_guide.rst: HBM->HBM copies).
+RULES = {"copy_passes": 1}
 
 VIEW_OPS = {
     "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "as_strided", "slice", "select",
@@ -87,9 +78,6 @@ class Target:
     hbm_capacity: int  # bytes per rank
     hbm_bw: float  # bytes/s per rank
     dma_bw: float  # bytes/s per rank
-    vector_eps: float  # elements/s per rank (VectorE, all lanes)
-    scalar_eps: float  # elements/s per rank (ScalarE)
-    engine_hz: float
     bf16_flops: float  # peak per rank, FLOP/s
     fp8_flops: float
     link_bw_chip: float  # bytes/s per chip over NeuronLink / NVLink
@@ -121,15 +109,11 @@ def target(name: str) -> Target:
     if not f.get("chips_per_instance"):
         raise EstimateError("this build's platform model has no instance facts (chips per instance, EFA); "
                             "rebuild with: flock /tmp/neuron-build.lock make build")
-    lanes = f["partitions"]
     link = f["link_tbps"] * 1e12
     return Target(
         name=name, label=f"{name} ({f['product']}, {f['instance']})", kind="trainium", facts=f, lnc=lnc,
         ranks_per_chip=rpc, chips_per_instance=f["chips_per_instance"], instance=f["instance"],
         hbm_capacity=f["hbm_per_chip"] // rpc, hbm_bw=f["hbm_tbps"] * 1e12 / rpc, dma_bw=f["dma_tbps"] * 1e12 / rpc,
-        vector_eps=lanes * f["vector_ghz"] * 1e9 * lnc * RULES["elements_per_lane_cycle"],
-        scalar_eps=lanes * f["engine_ghz"] * 1e9 * lnc * RULES["elements_per_lane_cycle"],
-        engine_hz=f["vector_ghz"] * 1e9,
         bf16_flops=f["bf16_tflops_per_core"] * 1e12 * lnc, fp8_flops=f["fp8_tflops_per_core"] * 1e12 * lnc,
         # NeuronLink-v2 publishes no per-chip figure: the chip's DMA rate bounds what it can send.
         link_bw_chip=link if link > 0 else f["dma_tbps"] * 1e12, link_dims=max(1, f["link_dims"]),
@@ -274,22 +258,43 @@ def trainium_op_cost(op: Op, t: Target, dtype: str) -> OpCost:
     return _elementwise(op, t)
 
 
-def _elements(op: Op) -> int:
-    if op.name.startswith("inductor."):
-        return int(op.args.get("elements", 0))
-    return sum(math.prod(s) for s, _ in op.inputs) or sum(math.prod(s) for s, _ in op.outputs)
+REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "norm",
+              "linalg_vector_norm", "argmax", "argmin", "prod", "logsumexp", "any", "all", "cumsum", "_foreach_norm",
+              "nll_loss_forward", "nll_loss2d_forward"}
+_EW_DTYPE = {"bfloat16": "bfloat16", "float16": "float16"}  # everything else streams as fp32
 
 
 def _elementwise(op: Op, t: Target) -> OpCost:
-    """max(engine time, HBM time): ~N cycles per input operand of N elements per lane, plus a fixed
-    cost per instruction; HBM reads every input and writes every output once."""
+    """Element-wise ops and reductions at the engine model's streaming rates (see _elementwise.py): a
+    fixed time plus a time per element for the op's engine, kind and dtype, on one physical core,
+    split over the rank's cores. Ops of k > 2 tensor inputs run as k - 1 two-input passes."""
+    from torch_neuronx.estimate._elementwise import rate
+
     name = base_name(op.name)
-    scalar = name in SCALAR_OPS
-    eps = t.scalar_eps if scalar else t.vector_eps
-    elems = _elements(op)
-    engine = elems / eps + RULES["fixed_cycles_per_op"] / t.engine_hz
-    hbm = (op.in_bytes + op.out_bytes) / t.hbm_bw
-    return OpCost(max(engine, hbm), "scalar" if scalar else "vector")
+    if op.name.startswith("inductor."):
+        # A fused kernel: its elements, or its traffic in fp32 elements read and written, if larger.
+        kind, dtype = ("reduce" if op.name.endswith("reduction") else "unary"), "float32"
+        elems = max(int(op.args.get("elements", 0)), op.in_bytes // 8)
+        passes = 1
+    else:
+        sizes = [math.prod(s) for s, _ in op.inputs]
+        n_big = sum(1 for n in sizes if n > 1)
+        elems = max(sizes + [math.prod(s) for s, _ in op.outputs] + [0])
+        dtype = _EW_DTYPE.get(op.inputs[0][1] if op.inputs else "", "float32")
+        if name in SCALAR_OPS:
+            kind, passes = "activation", 1
+        elif name in REDUCTIONS or name.rstrip("_") in REDUCTIONS:
+            kind, passes = "reduce", 1
+        elif n_big >= 2:
+            kind, passes = "binary", n_big - 1
+        else:
+            kind, passes = "unary", 1
+        if name.startswith("_foreach_"):
+            # a list op: one kernel per tensor of the list, all of its elements
+            elems = sum(math.prod(s) for s, _ in op.outputs) or sum(sizes) // max(1, passes + 1)
+    fixed, per_element = rate(kind, dtype, t.name)
+    sec = (fixed + passes * elems * per_element) / t.lnc
+    return OpCost(sec, "scalar" if kind == "activation" else "vector")
 
 
 def _attention(op: Op, t: Target, dtype: str, backward: bool) -> OpCost:

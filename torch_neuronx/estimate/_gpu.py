@@ -23,8 +23,7 @@ def gpu_target(name: str) -> Target:
         name=name, label=f"{name} ({g.product}, {g.instance}; simpler model)", kind="gpu",
         facts={"source": g.source, "instance": g.instance}, lnc=1, ranks_per_chip=1,
         chips_per_instance=g.gpus_per_instance, instance=g.instance, hbm_capacity=g.hbm_bytes,
-        hbm_bw=g.hbm_tbps * 1e12, dma_bw=g.hbm_tbps * 1e12, vector_eps=float("inf"), scalar_eps=float("inf"),
-        engine_hz=1e9, bf16_flops=g.bf16_tflops * 1e12, fp8_flops=g.fp8_tflops * 1e12,
+        hbm_bw=g.hbm_tbps * 1e12, dma_bw=g.hbm_tbps * 1e12, bf16_flops=g.bf16_tflops * 1e12, fp8_flops=g.fp8_tflops * 1e12,
         link_bw_chip=g.nvlink_tbps * 1e12, link_dims=1, link_latency=_LINK_LATENCY_US * 1e-6,
         efa_bw_instance=g.efa_gbps * 1e9 / 8, efa_latency=_EFA_LATENCY_US * 1e-6)
 

@@ -1,0 +1,89 @@
+"""Element-wise ops and reductions, costed by the engine model too: small NKI kernels that stream a
+[rows, cols] tensor through SBUF in 128-row tiles (DMA in, one VectorE / ScalarE instruction per input
+tile, DMA out) are modelled by ``nki.estimate`` at two sizes, giving a fixed time and a time per
+element for each (platform, dtype, kind). An op of N elements costs fixed + N x per-element: the
+engine rates, VectorE's performance mode, DMA and HBM limits and their overlap are the engine model's."""
+
+from __future__ import annotations
+
+import functools
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+P = 128
+COLS = 2048  # free size of one tile: 4-8 KiB per partition, as a streaming kernel uses
+
+
+@nki.jit
+def _unary(x):
+    """VectorE: one tensor input (tensor_scalar), e.g. x * c, x + c, casts."""
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    for r0 in range(0, R, P):
+        t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0:r0 + P, :])
+        y = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[r0:r0 + P, :], src=y)
+    return out
+
+
+@nki.jit
+def _binary(x, z):
+    """VectorE: two tensor inputs (tensor_tensor), e.g. x + y, x * y."""
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    for r0 in range(0, R, P):
+        t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0:r0 + P, :])
+        nisa.dma_copy(dst=u, src=z[r0:r0 + P, :])
+        y = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=t, data2=u, op=nl.add)
+        nisa.dma_copy(dst=out[r0:r0 + P, :], src=y)
+    return out
+
+
+@nki.jit
+def _activation(x):
+    """ScalarE: a transcendental function (exp, silu, rsqrt, ...) of one input."""
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    for r0 in range(0, R, P):
+        t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0:r0 + P, :])
+        y = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[r0:r0 + P, :], src=y)
+    return out
+
+
+@nki.jit
+def _reduce(x):
+    """VectorE: a reduction along the free axis."""
+    R, C = x.shape
+    out = nl.ndarray((R, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    for r0 in range(0, R, P):
+        t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0:r0 + P, :])
+        y = nl.ndarray((P, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=y, op=nl.add, data=t, axis=1)
+        nisa.dma_copy(dst=out[r0:r0 + P, :], src=y)
+    return out
+
+
+_KERNELS = {"unary": (_unary, 1), "binary": (_binary, 2), "activation": (_activation, 1), "reduce": (_reduce, 1)}
+
+
+@functools.lru_cache(maxsize=None)
+def rate(kind: str, dtype: str, platform: str) -> tuple[float, float]:
+    """(fixed seconds, seconds per element) on one NeuronCore, from the engine model at 2 and 8 tiles."""
+    kernel, n_inputs = _KERNELS[kind]
+    times = {}
+    for tiles in (2, 8):
+        spec = nki.TensorSpec((tiles * P, COLS), dtype)
+        times[tiles] = nki.estimate(kernel, platform=platform)(*([spec] * n_inputs)).latency_us * 1e-6
+    per_element = (times[8] - times[2]) / (6 * P * COLS)
+    return max(0.0, times[2] - 2 * P * COLS * per_element), per_element
