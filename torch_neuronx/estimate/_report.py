@@ -56,8 +56,9 @@ class Estimate:
             f"ranks = tp x pp x dp x cp = {self.plan.world}, laid out tp innermost",
             "matmuls, attention, norms and softmax: the engine model of the shipped NKI kernels at each op's shape "
             "(nki._estimate.kernel_time), split evenly over the physical cores of a logical core (LNC=2 on trn2/trn3)",
-            "element-wise ops and reductions: max(VectorE/ScalarE cycles of ~N per input operand plus a fixed "
-            "instruction cost, HBM traffic); copies: DMA/HBM traffic",
+            "element-wise ops and reductions: the engine model's fixed time and time per element of a streaming "
+            "NKI kernel (DMA in, one VectorE/ScalarE instruction, DMA out) for the op's engine and dtype; copies: "
+            "DMA/HBM traffic",
             "collectives: ring or halving/doubling (the cheaper), bandwidth of the slowest hop (cores of a chip, "
             "NeuronLink, EFA) shared by every rank using it; per-step latencies are assumed (AWS publishes none): "
             + "; ".join(self._latencies()),
