@@ -18,14 +18,6 @@ from torch_neuronx.estimate._step import (DTYPES, TASKS, Capture, Plan, apply_fs
 
 MODES = ("full", "record")
 
-NOT_MODELLED = [
-    "host time: Python and framework overhead, kernel launch, data loading",
-    "contention between engines and DMA for HBM bandwidth and SBUF capacity across ops (each op is costed alone)",
-    "fusion across eager ops (only in compiled mode, as Inductor fuses them)",
-    "the TensorE power-throttle ramp between ops (inside a kernel the engine model applies it)",
-    "NeuronLink/EFA congestion from other jobs; collective algorithms other than ring and halving/doubling",
-    "compiler (neuronx-cc) scheduling: the estimate is of our NKI kernels and the eager/Inductor op sequence",
-]
 
 
 class _Bar:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from torch_neuronx.estimate._costs import Target
+from torch_neuronx.estimate._ops import Target
 
 
 def hop(group: tuple[int, ...], t: Target) -> tuple[float, float, str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch_neuronx.estimate import _facts
 from torch_neuronx.estimate._capture import Op
-from torch_neuronx.estimate._costs import (ATTENTION_FWD, COPY_OPS, MATMUL_OPS, VIEW_OPS, OpCost, Target, _mm_dims,
-                                           base_name)
+from torch_neuronx.estimate._ops import (ATTENTION_FWD, COPY_OPS, MATMUL_OPS, VIEW_OPS, OpCost, Target, _mm_dims,
+                                         base_name)
 
 # The same assumed per-step latencies as the platform model's Trainium entries (none are published).
 _LINK_LATENCY_US = 2.0

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from torch_neuronx.estimate._capture import Op
 from torch_neuronx.estimate._collectives import collective_seconds
-from torch_neuronx.estimate._costs import Target, target, trainium_op_cost
+from torch_neuronx.estimate._costs import target, trainium_op_cost
+from torch_neuronx.estimate._ops import Target
 from torch_neuronx.estimate._step import Capture, Plan
 
 

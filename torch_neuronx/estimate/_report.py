@@ -33,6 +33,16 @@ def _fmt_n(x: float) -> str:
     return f"{x:.3g}"
 
 
+NOT_MODELLED = [
+    "host time: Python and framework overhead, kernel launch, data loading",
+    "contention between engines and DMA for HBM bandwidth and SBUF capacity across ops (each op is costed alone)",
+    "fusion across eager ops (only in compiled mode, as Inductor fuses them)",
+    "the TensorE power-throttle ramp between ops (inside a kernel the engine model applies it)",
+    "NeuronLink/EFA congestion from other jobs; collective algorithms other than ring and halving/doubling",
+    "compiler (neuronx-cc) scheduling: the estimate is of our NKI kernels and the eager/Inductor op sequence",
+]
+
+
 @dataclass
 class Estimate:
     model: str
@@ -48,8 +58,6 @@ class Estimate:
 
     # -- what the estimate assumed and left out --
     def assumptions(self) -> list[str]:
-        from torch_neuronx.estimate._api import NOT_MODELLED
-
         a = [
             f"one rank traced ({'fake tensors, full size' if self.mode == 'full' else 'on neuron, at the size given'}"
             f"{', torch.compile: Inductor fused kernels costed' if self.compiled else ', eager aten ops costed'}); "
@@ -96,8 +104,6 @@ class Estimate:
         return out
 
     def _not_modelled(self) -> list[str]:
-        from torch_neuronx.estimate._api import NOT_MODELLED
-
         return list(NOT_MODELLED)
 
     def write_json(self, path: str) -> None:
