@@ -58,7 +58,7 @@ class _TileSize:
     """Tile limits of the target chip (the one being traced for, else the environment's), read
     from the platform model that the verifier enforces."""
 
-    bn_stats_fmax = 512
+    bn_stats_fmax = _core.BN_STATS_FMAX  # the same on every generation (csrc/nki/ir.h)
     psum_min_align = 4
     sbuf_min_align = 1
 
@@ -489,7 +489,8 @@ def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
         return out
     if x.shape[0] != 1:
         raise ValueError(f"broadcast_to: the partition dimension {x.shape[0]} is not 1 and differs from {shape[0]}")
-    # Partition broadcast on the Tensor engine: ones[1, P].T @ row[1, F], 512 columns at a time.
+    # Partition broadcast on the Tensor engine: ones[1, P].T @ row[1, F], a PSUM bank of columns
+    # (gemm_moving_fmax) at a time.
     P, F = shape[0], math.prod(shape[1:])
     ones_row = full((1, P), 1.0, bfloat16 if x.dtype in (bfloat16, float16) else float32)
     row = view if view.buffer is sbuf else copy(view)
@@ -497,8 +498,9 @@ def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
     if ones_row.dtype != row.dtype and (row.dtype in (float32, tfloat32)) != (ones_row.dtype == float32):
         row = copy(row, dtype=float32)
     out = ndarray((P, F), dt, sbuf)
-    for f0 in range(0, F, 512):
-        n = builtins.min(512, F - f0)
+    step = tile_size.gemm_moving_fmax
+    for f0 in range(0, F, step):
+        n = builtins.min(step, F - f0)
         acc = ndarray((P, n), float32, psum)
         nisa.nc_matmul(dst=acc, stationary=ones_row, moving=row[:, f0:f0 + n])
         nisa.tensor_copy(dst=out[:, f0:f0 + n], src=acc)

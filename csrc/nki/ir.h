@@ -29,6 +29,9 @@ std::optional<DType> dtype_from_name(std::string_view name);
 bool is_float(DType d);
 bool is_fp8(DType d);
 
+// Elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax), on every generation.
+constexpr int64_t kBnStatsFmax = 512;
+
 // Memories (nki.language's memory regions; buffer_name: "hbm" is nl.hbm, private HBM).
 enum class Buffer : uint8_t { kPrivateHbm, kSharedHbm, kSbuf, kPsum };
 constexpr int kNumBuffers = static_cast<int>(Buffer::kPsum) + 1;

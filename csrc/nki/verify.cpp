@@ -415,10 +415,11 @@ class Verifier {
       case Op::kBnStats:
         need_on_chip(a[0], "destination");
         need_on_chip(a[1], "data");
-        if (a[1].free_elements() > 512) {
+        if (a[1].free_elements() > kBnStatsFmax) {
           fail("bn-stats-free", describe(a[1]) + " has " + std::to_string(a[1].free_elements()) +
-                                    " elements per partition; bn_stats takes at most 512 "
-                                    "(nl.tile_size.bn_stats_fmax): split it and combine with bn_aggr");
+                                    " elements per partition; bn_stats takes at most " +
+                                    std::to_string(kBnStatsFmax) +
+                                    " (nl.tile_size.bn_stats_fmax): split it and combine with bn_aggr");
         }
         if (a[0].free_elements() != 6 || a[0].partitions() != a[1].partitions()) {
           fail("shape-mismatch", "destination " + describe(a[0]) + " must be (" + std::to_string(a[1].partitions()) +

@@ -66,6 +66,7 @@ void register_nki_tables(py::module_& m) {
     sizes[nk::dtype_name(static_cast<nk::DType>(i))] = nk::dtype_size(static_cast<nk::DType>(i));
   }
   m.attr("DTYPE_SIZES") = sizes;
+  m.attr("BN_STATS_FMAX") = nk::kBnStatsFmax;
   // One row per op, by code: name, engine, operands, int and float attributes in storage order.
   py::list table;
   for (int i = 0; i < nk::kNumOps; ++i) {

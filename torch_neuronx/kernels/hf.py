@@ -7,14 +7,14 @@
 Causal (and unmasked) attention runs on the NKI kernels, forward and backward. Whatever they do
 not cover falls back to Transformers' SDPA path with the same arguments: a padding mask, dropout
 while training, a query shorter than the keys with causal masking (a prefill after cached tokens),
-head dims over 128.
+head dims over 128 (``ops.head_dim_max()``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from torch_neuronx.kernels.ops import flash_attention
+from torch_neuronx.kernels.ops import flash_attention, head_dim_max
 
 NAME = "nki_flash"
 
@@ -26,7 +26,7 @@ def nki_flash_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
 
     q_len, kv_len, head_dim = query.shape[2], key.shape[2], query.shape[3]
     causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_len > 1
-    usable = (attention_mask is None and (dropout == 0.0 or not module.training) and head_dim <= 128
+    usable = (attention_mask is None and (dropout == 0.0 or not module.training) and head_dim <= head_dim_max()
               and (not causal or q_len == kv_len) and kwargs.get("softcap") is None
               and query.shape[1] % key.shape[1] == 0)
     if not usable:

@@ -9,8 +9,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki._trace import itemsize
 
-P = 128          # partitions (nl.tile_size.pmax)
-TILE_N = 512     # matmul moving free size (nl.tile_size.gemm_moving_fmax)
+# Tile sizes are the target chip's (nl.tile_size, from the platform model), read while tracing.
 NEG_BIG = -3.0e38  # "minus infinity" that stays finite: exp(NEG_BIG - m) == 0 without inf - inf
 
 
@@ -24,12 +23,14 @@ B_RESIDENT_BYTES = 96 * 1024  # per partition: b stays in SBUF when it fits in t
 
 @nki.jit
 def matmul_kernel(a, b):
-    """``a @ b`` for a [M, K], b [K, N]: 128 x 128 stationary tiles of a.T, 512-wide moving
-    tiles of b, K accumulated in PSUM. When b fits in SBUF it is loaded once and every row
-    block of a is loaded once; otherwise each 512-column block of b is loaded once and the a.T
-    tiles are reloaded per column block."""
+    """``a @ b`` for a [M, K], b [K, N]: stationary tiles of a.T (128 x 128: pmax contraction
+    rows by gemm_stationary_fmax columns), moving tiles of b gemm_moving_fmax (512) wide, K
+    accumulated in PSUM. When b fits in SBUF it is loaded once and every row block of a is loaded
+    once; otherwise each column block of b is loaded once and the a.T tiles are reloaded per
+    column block."""
     M, K = a.shape
     _, N = b.shape
+    P, TILE_M, TILE_N = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
     out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
     n_k = (K + P - 1) // P
     col_blocks = [(n0, min(TILE_N, N - n0)) for n0 in range(0, N, TILE_N)]
@@ -59,24 +60,25 @@ def matmul_kernel(a, b):
 
     if n_k * N * itemsize(b.dtype) <= B_RESIDENT_BYTES:
         b_tiles = [load_b(n0, n) for n0, n in col_blocks]
-        for m0 in range(0, M, P):
-            m = min(P, M - m0)
+        for m0 in range(0, M, TILE_M):
+            m = min(TILE_M, M - m0)
             a_t = load_a(m0, m)
             for (n0, n), b_t in zip(col_blocks, b_tiles):
                 block(a_t, b_t, m0, m, n0, n)
     else:
         for n0, n in col_blocks:
             b_t = load_b(n0, n)
-            for m0 in range(0, M, P):
-                m = min(P, M - m0)
+            for m0 in range(0, M, TILE_M):
+                m = min(TILE_M, M - m0)
                 block(load_a(m0, m), b_t, m0, m, n0, n)
     return out
 
 
 @nki.jit
 def softmax_kernel(x):
-    """Softmax over the last axis of x [R, C], in fp32, 128 rows at a time."""
+    """Softmax over the last axis of x [R, C], in fp32, 128 rows (one per partition) at a time."""
     R, C = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     for r0 in range(0, R, P):
         p = min(P, R - r0)
@@ -100,6 +102,7 @@ def softmax_kernel(x):
 def rmsnorm_kernel(x, w, eps):
     """``x / sqrt(mean(x**2, -1) + eps) * w`` for x [R, D], w [D]."""
     R, D = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, D), dtype=x.dtype, buffer=nl.shared_hbm)
     w_row = nl.ndarray((1, D), dtype=nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=w_row, src=w.reshape((1, D)))
@@ -137,6 +140,12 @@ def _load(src, shape, dtype, name=""):
     return t
 
 
+def _attention_tile():
+    """Queries and keys per block: the stationary q.T block's columns and the partitions the
+    probabilities transpose onto (both 128)."""
+    return min(nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax)
+
+
 def _scores(q_t, k_t, m, n, q0, k0, scale, causal):
     """scale * q @ k.T for a [m, n] block, fp32 in SBUF, causally masked when the block
     reaches above the diagonal (key k0 + j visible to query q0 + i iff k0 + j <= q0 + i)."""
@@ -156,6 +165,7 @@ def flash_attention_fwd_kernel(q, k, v, scale, causal):
     by 128 keys at a time. Returns o [BH, S, D] and the log-sum-exp [BH, S] (fp32)."""
     BH, S, D = q.shape
     Sk = k.shape[1]
+    P = _attention_tile()
     mm = _mm_dtype(q.dtype)
     o = nl.ndarray((BH, S, D), dtype=q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((BH, S), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -236,6 +246,7 @@ def flash_attention_bwd_kernel(q, k, v, o, do, lse, scale, causal):
     (keys outer); dQ in a second pass accumulates over key tiles (queries outer)."""
     BH, S, D = q.shape
     Sk = k.shape[1]
+    P = _attention_tile()
     mm = _mm_dtype(q.dtype)
     dq = nl.ndarray((BH, S, D), dtype=q.dtype, buffer=nl.shared_hbm)
     dk = nl.ndarray((BH, Sk, D), dtype=k.dtype, buffer=nl.shared_hbm)

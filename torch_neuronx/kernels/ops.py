@@ -135,16 +135,24 @@ def _flash_backward(ctx, do, dlse):
 _flash_fwd.register_autograd(_flash_backward, setup_context=_flash_setup)
 
 
+@torch.compiler.assume_constant_result  # a fact of the process's platform: no graph break
+def head_dim_max() -> int:
+    """The widest head the flash-attention kernels take: the head dimension is their matmuls'
+    contraction, on the TensorE rows of the simulated chip (the platform model's pe_rows)."""
+    return int(torch.neuron.get_platform()["pe_rows"])
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> torch.Tensor:
     """Attention ``softmax(q @ k.T * scale) @ v`` on [B, H, S, D] tensors (SDPA's layout; D <=
-    128), by the NKI flash-attention kernels: forward and backward never materialize the
-    [S, S] scores in HBM. Grouped-query k/v (fewer heads) are repeated to q's heads."""
+    128, ``head_dim_max()``), by the NKI flash-attention kernels: forward and backward never
+    materialize the [S, S] scores in HBM. Grouped-query k/v (fewer heads) are repeated to q's
+    heads."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("flash_attention: q, k, v are [batch, heads, seq, head_dim]")
     B, H, S, D = q.shape
-    if D > 128:
-        raise ValueError(f"flash_attention: head_dim {D} > 128 (the NeuronCore's contraction limit)")
+    if D > head_dim_max():
+        raise ValueError(f"flash_attention: head_dim {D} > {head_dim_max()} (the NeuronCore's contraction limit)")
     if k.shape[1] != H:
         if H % k.shape[1]:
             raise ValueError(f"flash_attention: {H} query heads are not a multiple of {k.shape[1]} key heads")
