@@ -149,3 +149,11 @@ def test_no_import_circles(package, kind):
     assert not circles, (
         f"import circles in {package}/ through {kind} imports (break one edge: move what both need to a "
         "module both import):\n" + "\n".join(_describe(graph, c) for c in circles))
+
+
+def test_nki_imports_nothing_of_torch_neuronx():
+    """nki is AWS's package: torch_neuronx builds on it, never the other way round (even in a function)."""
+    graph = _graph(lazy=True)
+    edges = [f"{m} (line {line}) -> {t}" for m, targets in sorted(graph.items()) if m.split(".")[0] == "nki"
+             for t, line in targets.items() if t.split(".")[0] == "torch_neuronx"]
+    assert not edges, "nki imports torch_neuronx:\n" + "\n".join(edges)

@@ -1,4 +1,5 @@
-"""nki.estimate / nki.benchmark / nki._estimate.kernel_time: the engine model from Python.
+"""nki.estimate / nki.benchmark: the engine model from Python (the step model's costs of our shipped
+kernels, kernel_time, are tested in tests/estimate/test_kernel_time.py).
 
 Schedules are checked against times computed by hand from the platform model's facts and the cost
 rules (docs/estimate.md, "Kernels: the engine model"); the C++ schedules are in
@@ -14,7 +15,6 @@ import nki.isa as nisa
 import nki.language as nl
 from nki import TensorSpec
 from nki._core import target_facts
-from nki._estimate import _kernel_time, kernel_time
 
 
 @nki.jit
@@ -72,10 +72,6 @@ def test_platform_from_the_environment_and_unknown_platform(monkeypatch):
     assert nki.estimate(load_scale_store, platform="gen2")(x).platform == "trn1"
     with pytest.raises(ValueError, match="unknown platform 'trn9'.*trn2"):
         nki.estimate(load_scale_store, platform="trn9")
-    with pytest.raises(ValueError, match="unknown platform"):
-        kernel_time("matmul", ((128, 128), (128, 128)), platform="h100")
-    with pytest.raises(ValueError, match="unknown shipped kernel 'gemm'"):
-        kernel_time("gemm", ((128, 128), (128, 128)))
 
 
 @nki.jit
@@ -120,33 +116,3 @@ def test_benchmark_behaves_as_aws_with_estimated_latencies(capsys, tmp_path):
         nki.benchmark(iters=0)
     with pytest.raises(ValueError, match="percentile"):
         lat.get_latency_percentile(101)
-
-
-def test_shipped_kernels_reproducible_and_ordered():
-    shapes = {"matmul": ((256, 512), (512, 1024)), "softmax": ((256, 1024),), "rmsnorm": ((256, 1024), (1024,)),
-              "flash_attention_fwd": ((1, 256, 64),) * 3,
-              "flash_attention_bwd": ((1, 256, 64),) * 5 + ((1, 256),)}
-    first = {k: kernel_time(k, s, "bfloat16", "trn2", causal=True) for k, s in shapes.items()}
-    _kernel_time.cache_clear()
-    for k, s in shapes.items():
-        again = kernel_time(k, s, "bfloat16", "trn2", causal=True)
-        assert again == first[k], k
-        assert again.seconds > 0 and again.instructions > 0
-    # More work never takes less time; FP32 matmuls (4 passes) are slower than BF16.
-    mm = [kernel_time("matmul", ((m, 512), (512, 512))).seconds for m in (128, 256, 512, 1024)]
-    assert mm == sorted(mm)
-    assert kernel_time("matmul", ((512, 512), (512, 512)), "float32").seconds > mm[2]
-
-
-def test_large_shapes_are_extrapolated_close_to_the_whole_model():
-    whole = nki.estimate(nki_kernels().matmul_kernel, platform="trn2")(
-        TensorSpec((2048, 1024), "bfloat16"), TensorSpec((1024, 512), "bfloat16")).latency_ns
-    fitted = kernel_time("matmul", ((2048, 1024), (1024, 512)), "bfloat16", "trn2")
-    assert any("extrapolated" in a for a in fitted.assumptions)
-    assert fitted.seconds * 1e9 == pytest.approx(whole, rel=0.05)
-
-
-def nki_kernels():
-    from torch_neuronx.kernels import nki_kernels as k
-
-    return k

@@ -1,7 +1,7 @@
 """Cost of one op of the step on one rank of a platform.
 
 - Matmuls, attention, norms and softmax: the engine model of our shipped NKI kernels at the op's
-  shapes (``kernel_time`` in nki/_estimate.py, through the one seam ``kernel_cost`` below). The
+  shapes (``kernel_time`` in _kernels.py, through the one seam ``kernel_cost`` below). The
   engine model is the only source of efficiency for these ops.
 - Element-wise ops and reductions: the engine model of small streaming NKI kernels (_elementwise.py).
 - Copies, gathers, concatenations: DMA and HBM traffic.
@@ -61,12 +61,12 @@ _NKI_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"
 @functools.lru_cache(maxsize=4096)
 def kernel_cost(kernel: str, shapes: tuple, dtype: str, platform: str, causal: bool = False) -> tuple[float, float]:
     """(seconds on one physical NeuronCore, TensorE FLOPs) of our shipped NKI kernel ``kernel`` at
-    ``shapes`` from the engine model (nki._estimate.kernel_time). The one place the step model asks
+    ``shapes`` from the engine model (_kernels.kernel_time). The one place the step model asks
     the engine model."""
     try:
-        from nki._estimate import kernel_time
+        from torch_neuronx.estimate._kernels import kernel_time
     except ImportError as e:
-        raise EstimateError("the NKI engine model (nki._estimate) is missing from this installation; "
+        raise EstimateError(f"the NKI engine model (nki) does not load: {e}; "
                             "reinstall torch-neuronx") from e
     kw = {"causal": causal} if kernel.startswith("flash_attention") else {}
     t = kernel_time(kernel, shapes, dtype=dtype, platform=platform, **kw)

@@ -63,7 +63,8 @@ class Estimate:
             f"{', torch.compile: Inductor fused kernels costed' if self.compiled else ', eager aten ops costed'}); "
             f"ranks = tp x pp x dp x cp = {self.plan.world}, laid out tp innermost",
             "matmuls, attention, norms and softmax: the engine model of the shipped NKI kernels at each op's shape "
-            "(nki._estimate.kernel_time), split evenly over the physical cores of a logical core (LNC=2 on trn2/trn3)",
+            "(torch_neuronx.estimate._kernels.kernel_time), split evenly over the physical cores of a logical core "
+            "(LNC=2 on trn2/trn3)",
             "element-wise ops and reductions: the engine model's fixed time and time per element of a streaming "
             "NKI kernel (DMA in, one VectorE/ScalarE instruction, DMA out) for the op's engine and dtype; copies: "
             "DMA/HBM traffic",
