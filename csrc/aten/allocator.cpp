@@ -1,5 +1,6 @@
 // Caching allocator for neuron device memory, the kernel CPU allocator that lets CPU
 // kernels write their outputs straight into device memory, and pinned host memory.
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
@@ -332,9 +333,18 @@ void KernelCPUAllocator::kernel_raw_delete(void* p) {
 }
 
 // Pinned host memory. Device memory is host memory, so pinning only needs to be
-// remembered (is_pinned) and to be the allocator PyTorch asks for.
-class PinnedAllocator final : public c10::Allocator {
+// remembered (is_pinned) and to be the allocator PyTorch asks for. It is also the
+// device's host allocator (torch.accelerator.empty_host_cache() and friends look one up
+// per device type and dereference it): nothing is cached and execution is synchronous,
+// so there is no cache to empty and no stream use to wait for.
+class PinnedAllocator final : public at::HostAllocator {
  public:
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override { return {}; }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
+
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &raw_free, c10::Device(c10::kCPU));
     size_t rounded = round_size(n);
@@ -383,6 +393,7 @@ PinnedAllocator g_pinned;
 }  // namespace
 
 REGISTER_ALLOCATOR(kNeuron, &g_allocator)
+REGISTER_HOST_ALLOCATOR(kNeuron, &g_pinned)
 
 c10::DeviceAllocator* neuron_allocator() { return &g_allocator; }
 

@@ -145,3 +145,13 @@ def test_memory_summary_reports_the_numbers():
 def test_memory_fraction_validation():
     with pytest.raises(ValueError, match="fraction"):
         torch.neuron.set_per_process_memory_fraction(1.5)
+
+
+def test_host_allocator_is_registered():
+    # torch.accelerator's host-cache calls dereference the device type's host allocator
+    # (vLLM calls empty_host_cache() at shutdown); the pinned allocator serves as it.
+    torch.ones(3, device="neuron")
+    torch.accelerator.empty_host_cache()
+    pinned = torch.arange(4.0).pin_memory()
+    assert pinned.is_pinned()
+    assert torch.equal(pinned.to("neuron").cpu(), torch.arange(4.0))
