@@ -215,11 +215,9 @@ def capture(model: Any, inputs: Any = None, *, task: str = "train", batch: int |
     if dtype in ("fp8", "mxfp8"):
         assumptions.append(f"--dtype {dtype}: matmuls are costed at the FP8 rate; activations, attention and "
                            "memory stay in bf16")
-    try:
-        from transformers import PretrainedConfig
-    except ImportError:  # transformers is optional: only configs need it
-        PretrainedConfig = ()  # noqa: N806
-    is_config = bool(PretrainedConfig) and isinstance(model, PretrainedConfig)
+    # A Hugging Face config, recognised without importing transformers (slow, and optional for modules).
+    is_config = any(c.__name__.lower() == "pretrainedconfig" and c.__module__.startswith("transformers")
+                    for c in type(model).__mro__)
     if task in ("decode", "generate") and not is_config:
         raise EstimateError(f"--task {task} builds a KV cache: give a Hugging Face config (or model name), not a "
                             "module with inputs")
