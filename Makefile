@@ -6,7 +6,7 @@ PIP     := .venv/bin/pip
 SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h') CMakeLists.txt pyproject.toml torch_neuronx/_build_info.py.in
 export TORCH_DEVICE_BACKEND_AUTOLOAD ?= 1
 
-.PHONY: run test test-cpp test-py build deps sysdeps bench bench-collectives bench-compile bench-nki bench-fp8 bench-estimate coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
+.PHONY: run test test-cpp test-py build deps sysdeps serve serve-deps bench-serve bench bench-collectives bench-compile bench-nki bench-fp8 bench-estimate coverage coverage-ops coverage-transformers coverage-fake coverage-ops-compiled \
 	coverage-diffusers coverage-models examples clean
 
 run: build
@@ -45,18 +45,39 @@ build: .venv/.built
 
 titan-deps: .venv/.titan
 
+# vLLM 0.32 for serving on neuron (torch_neuronx/vllm, tests/serving/, make serve), in its own
+# directory (requirements-serve.txt), first on PYTHONPATH only for serving.
+.venv/.serve: .venv/.deps requirements-serve.txt
+	rm -rf .venv/serve
+	$(PIP) install -q --no-deps --target .venv/serve -r requirements-serve.txt
+	touch $@
+
+serve-deps: .venv/.serve
+
 test-cpp: sysdeps
 	cmake -S . -B build/cpp -G Ninja -DNEURON_BUILD_PYTHON=OFF -DNEURON_BUILD_TESTS=ON >/dev/null
 	cmake --build build/cpp
 	ctest --test-dir build/cpp --output-on-failure
 
 # pytest exits 5 when it collects nothing; make treats that as a failure.
-test-py: build titan-deps
+test-py: build titan-deps serve-deps
 	$(PY) -m pytest tests -q --durations=40
 
 # TorchTitan's own trainer on 4 processes (tests/ecosystem/test_torchtitan.py).
 test-titan: build titan-deps
 	$(PY) -m pytest tests/ecosystem/test_torchtitan.py -q -m titan
+
+# `vllm serve` on neuron with a tiny Llama-style model and tokenizer made in code (docs/serving.md).
+SERVE_MODEL  ?= build/serve/tiny-llama
+SERVE_FAMILY ?= llama
+SERVE_PORT   ?= 8000
+SERVE_PY     := PYTHONPATH=$(CURDIR)/.venv/serve $(PY)
+serve: build serve-deps
+	$(PY) -m torch_neuronx.vllm.tiny_models $(SERVE_MODEL) --family $(SERVE_FAMILY)
+	@echo "once the server logs 'Application startup complete', try:"
+	@echo "  curl http://127.0.0.1:$(SERVE_PORT)/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"$(SERVE_MODEL)\", \"prompt\": \"1 2 3 4\", \"max_tokens\": 8, \"temperature\": 0}'"
+	$(SERVE_PY) -m vllm.entrypoints.cli.main serve $(SERVE_MODEL) --host 127.0.0.1 --port $(SERVE_PORT) \
+	  --dtype float32 --max-model-len 256 --kv-cache-memory-bytes 67108864
 
 bench: build
 	$(PY) benchmarks/eager_overhead.py
