@@ -134,9 +134,11 @@ def test_elementwise_ops_cost_what_the_engine_model_gives_their_streaming_kernel
 
     from torch_neuronx.estimate._capture import Op
     from torch_neuronx.estimate._costs import target, trainium_op_cost
-    from torch_neuronx.estimate._elementwise import COLS, P, _binary
+    from torch_neuronx.estimate._elementwise import COLS, _binary
+    from torch_neuronx.estimate._facts import chip
 
     t = target("trn2")
+    P = chip("trn2")["partitions"]  # the streaming kernels' tile rows
 
     def add(rows):
         shape = (rows, COLS)

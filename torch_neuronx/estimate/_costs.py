@@ -209,8 +209,9 @@ def _attention(op: Op, t: Target, dtype: str, backward: bool) -> OpCost:
     sk = k[2] * int(op.args.get("kv_scale", 1))  # context parallel: every rank attends to all keys
     causal = bool(op.args.get("is_causal", False))
     kdt = _kernel_dtype(op, "bf16")  # attention runs in the activation dtype
-    chunks = max(1, -(-d // 128))  # the kernels take head_dim <= 128: wider heads in 128-wide parts
-    dd = min(d, 128)
+    widest = _facts.chip(t.name)["pe_rows"]  # the kernels' head_dim limit (kernels.ops.head_dim_max)
+    chunks = max(1, -(-d // widest))  # wider heads in parts of the widest the kernels take
+    dd = min(d, widest)
     bh = b * h
     if backward:
         shp = ((bh, s, dd), (bh, sk, dd), (bh, sk, dd), (bh, s, dd), (bh, s, dd), (bh, s))

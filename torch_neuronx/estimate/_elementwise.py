@@ -1,8 +1,9 @@
 """Element-wise ops and reductions, costed by the engine model too: small NKI kernels that stream a
-[rows, cols] tensor through SBUF in 128-row tiles (DMA in, one VectorE / ScalarE instruction per input
-tile, DMA out) are modelled by ``nki.estimate`` at two sizes, giving a fixed time and a time per
-element for each (platform, dtype, kind). An op of N elements costs fixed + N x per-element: the
-engine rates, VectorE's performance mode, DMA and HBM limits and their overlap are the engine model's."""
+[rows, cols] tensor through SBUF one tile of partitions (128 rows) at a time (DMA in, one VectorE /
+ScalarE instruction per input tile, DMA out) are modelled by ``nki.estimate`` at two sizes, giving a
+fixed time and a time per element for each (platform, dtype, kind). An op of N elements costs fixed + N x
+per-element: the engine rates, VectorE's performance mode, DMA and HBM limits and their overlap are the
+engine model's."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import functools
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from torch_neuronx.estimate import _facts
 
-P = 128
 COLS = 2048  # free size of one tile: 4-8 KiB per partition, as a streaming kernel uses
 
 
@@ -20,6 +21,7 @@ COLS = 2048  # free size of one tile: 4-8 KiB per partition, as a streaming kern
 def _unary(x):
     """VectorE: one tensor input (tensor_scalar), e.g. x * c, x + c, casts."""
     R, C = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     for r0 in range(0, R, P):
         t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
@@ -34,6 +36,7 @@ def _unary(x):
 def _binary(x, z):
     """VectorE: two tensor inputs (tensor_tensor), e.g. x + y, x * y."""
     R, C = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     for r0 in range(0, R, P):
         t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
@@ -50,6 +53,7 @@ def _binary(x, z):
 def _activation(x):
     """ScalarE: a transcendental function (exp, silu, rsqrt, ...) of one input."""
     R, C = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     for r0 in range(0, R, P):
         t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
@@ -64,6 +68,7 @@ def _activation(x):
 def _reduce(x):
     """VectorE: a reduction along the free axis."""
     R, C = x.shape
+    P = nl.tile_size.pmax
     out = nl.ndarray((R, 1), dtype=x.dtype, buffer=nl.shared_hbm)
     for r0 in range(0, R, P):
         t = nl.ndarray((P, C), dtype=x.dtype, buffer=nl.sbuf)
@@ -81,6 +86,7 @@ _KERNELS = {"unary": (_unary, 1), "binary": (_binary, 2), "activation": (_activa
 def rate(kind: str, dtype: str, platform: str) -> tuple[float, float]:
     """(fixed seconds, seconds per element) on one NeuronCore, from the engine model at 2 and 8 tiles."""
     kernel, n_inputs = _KERNELS[kind]
+    P = _facts.chip(platform)["partitions"]  # the kernels' tile rows (nl.tile_size.pmax)
     times = {}
     for tiles in (2, 8):
         spec = nki.TensorSpec((tiles * P, COLS), dtype)
