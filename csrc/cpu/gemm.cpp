@@ -3,6 +3,8 @@
 #include "cpu/gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -147,6 +149,12 @@ void pack_f32(const MatrixRef& x, int64_t R, int64_t K, int64_t r0, int P, float
       const auto* s = src + (r0 + i) * x.rs;
       for (int64_t k = 0; k < K; ++k) dst[k * P + i] = E::load(s[k]);
     }
+  } else if (x.rs == 1) {  // columns contiguous along i: the panel's row k is a plain copy
+    for (int64_t k = 0; k < K; ++k) {
+      const auto* s = src + k * x.cs + r0;
+      float* d = dst + k * P;
+      for (int64_t i = 0; i < rows; ++i) d[i] = E::load(s[i]);
+    }
   } else {
     for (int64_t k = 0; k < K; ++k) {
       const auto* s = src + k * x.cs + r0 * x.rs;
@@ -183,6 +191,46 @@ void pack_panel(const MatrixRef& x, int64_t R, int64_t K, int64_t r0, int P, Pan
     case Dtype::kBFloat16: return pack_f32<BF16>(x, R, K, r0, P, d);
     case Dtype::kFloat16: return pack_f32<F16>(x, R, K, r0, P, d);
   }
+}
+
+// Whether a product wakes the host's threads. A parallel region costs microseconds on an idle
+// machine and milliseconds when its cores are shared with other work (the pool's threads wait
+// for a time slice): the choice follows measurement. Per size class, the speed of recent
+// serial and threaded products is tracked and the faster mode taken; one product in 64 tries
+// the other mode, so the choice follows the machine's load. Results do not depend on it.
+class ThreadChoice {
+ public:
+  bool threads(int64_t work) {
+    Stats& s = stats_[bucket(work)];
+    const double serial = s.rate[0].load(std::memory_order_relaxed);
+    const double threaded = s.rate[1].load(std::memory_order_relaxed);
+    if (threaded == 0) return true;  // each mode measured once first
+    if (serial == 0) return false;
+    const bool pick = threaded >= serial;
+    return s.calls.fetch_add(1, std::memory_order_relaxed) % 64 == 63 ? !pick : pick;
+  }
+  void record(int64_t work, bool threaded, double seconds) {
+    std::atomic<double>& r = stats_[bucket(work)].rate[threaded];
+    const double rate = static_cast<double>(work) / std::max(seconds, 1e-9), old = r.load(std::memory_order_relaxed);
+    r.store(old == 0 ? rate : 0.75 * old + 0.25 * rate, std::memory_order_relaxed);
+  }
+
+ private:
+  struct Stats {
+    std::atomic<double> rate[2] = {0.0, 0.0};  // multiply-adds per second: serial, threaded
+    std::atomic<uint64_t> calls{0};
+  };
+  static int bucket(int64_t work) {  // factors of 4 from 2^20
+    int b = 0;
+    for (int64_t w = work >> 20; w >= 4 && b < 15; w >>= 2) ++b;
+    return b;
+  }
+  Stats stats_[16];
+};
+
+ThreadChoice& thread_choice() {
+  static ThreadChoice c;
+  return c;
 }
 
 // The calling thread's packing buffers (workers of a parallel call read them). Large ones are
@@ -261,20 +309,24 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc,
-          const GemmOptions& options) {
-  if (M <= 0 || N <= 0) return;
-  if (!gemm_path_supported(options.path)) {
-    throw std::runtime_error(std::string("cpu::gemm: the ") + gemm_path_name(options.path) +
-                             " path needs " + missing_of(options.path) + ", which this CPU lacks");
+namespace {
+
+void check_supported(GemmPath p) {
+  if (!gemm_path_supported(p)) {
+    throw std::runtime_error(std::string("cpu::gemm: the ") + gemm_path_name(p) + " path needs " + missing_of(p) +
+                             ", which this CPU lacks");
   }
-  if (K <= 0) {
-    if (!options.accumulate) {
-      for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
-    }
-    return;
-  }
-  const MicroKernel mk = kernel_for(options.path, a.dtype, b.dtype);
+}
+
+// K == 0: zeros, or C unchanged when accumulating.
+void empty_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate) {
+  if (accumulate) return;
+  for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
+}
+
+// The product with kernel mk; B from `b`, or from `packed_b` (its panels) when given.
+void run(const MicroKernel& mk, int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b,
+         const char* packed_b, float* c, int64_t ldc, const GemmOptions& options) {
   const bool pairs = mk.panel == Panel::kBf16Pairs;
   const int64_t depth = pairs ? (K + 1) / 2 : K;  // panel words along K
   const int64_t rp = (M + mk.mr - 1) / mk.mr, cp = (N + mk.nr - 1) / mk.nr;
@@ -282,57 +334,55 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
 
   thread_local Scratch scratch;
   char* pa = static_cast<char*>(scratch.get(pairs, true, static_cast<size_t>(rp * a_panel)));
-  char* pb = static_cast<char*>(scratch.get(pairs, false, static_cast<size_t>(cp * b_panel)));
+  char* pb = packed_b ? const_cast<char*>(packed_b)
+                      : static_cast<char*>(scratch.get(pairs, false, static_cast<size_t>(cp * b_panel)));
   constexpr int64_t kWord = 4;
   const MatrixRef bt{b.data, b.dtype, b.cs, b.rs};  // B's columns are the rows of its panels
 
-  const ParallelFor* par = options.parallel && *options.parallel && M * N * K >= (int64_t{1} << 20)
-                               ? options.parallel
-                               : nullptr;
-  auto pack = [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      if (t < rp) {
-        pack_panel(a, M, K, t * mk.mr, mk.mr, mk.panel, pa + t * a_panel * kWord);
-      } else {
-        pack_panel(bt, N, K, (t - rp) * mk.nr, mk.nr, mk.panel, pb + (t - rp) * b_panel * kWord);
-      }
-    }
+  // One parallel region per product (each costs a wake-up of every thread): tasks split the
+  // longer side; each packs the panels of that side it owns and multiplies them with the other
+  // operand, packed by the caller beforehand.
+  const int64_t work = M * N * K;
+  const bool may_thread = options.parallel && *options.parallel && work >= (int64_t{1} << 20);
+  const bool threaded = may_thread && thread_choice().threads(work);
+  const bool split_n = N >= M;
+  const int64_t own = split_n ? cp : rp;
+  int64_t per_task = split_n ? mk.nc_panels : mk.mc_panels;
+  if (threaded) per_task = std::max<int64_t>(1, std::min(per_task, (own + 7) / 8));  // at least 8 tasks
+  const int64_t tasks = (own + per_task - 1) / per_task;
+  auto pack_a = [&](int64_t p) { pack_panel(a, M, K, p * mk.mr, mk.mr, mk.panel, pa + p * a_panel * kWord); };
+  auto pack_b = [&](int64_t q) {
+    if (!packed_b) pack_panel(bt, N, K, q * mk.nr, mk.nr, mk.panel, pb + q * b_panel * kWord);
   };
+  for (int64_t i = 0; i < (split_n ? rp : cp); ++i) split_n ? pack_a(i) : pack_b(i);
 
-  // Task blocks of mcp row panels x ncp column panels; with threads, at least 8 of them.
-  int64_t mcp = std::min(mk.mc_panels, rp), ncp = std::min(mk.nc_panels, cp);
-  auto blocks = [&] { return ((rp + mcp - 1) / mcp) * ((cp + ncp - 1) / ncp); };
-  while (par && blocks() < 8 && (mcp > 1 || ncp > 1)) {
-    if (ncp * mk.nr >= mcp * mk.mr && ncp > 1) {
-      ncp = (ncp + 1) / 2;
-    } else {
-      mcp = (mcp + 1) / 2;
-    }
-  }
-  const int64_t col_blocks = (cp + ncp - 1) / ncp, tasks = blocks();
-  auto compute = [&](int64_t lo, int64_t hi) {
+  auto body = [&](int64_t lo, int64_t hi) {
     alignas(64) float edge[12 * 32];
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t p0 = (t / col_blocks) * mcp, p1 = std::min(rp, p0 + mcp);
-      const int64_t q0 = (t % col_blocks) * ncp, q1 = std::min(cp, q0 + ncp);
+      const int64_t s0 = t * per_task, s1 = std::min(own, s0 + per_task);
+      for (int64_t i = s0; i < s1; ++i) split_n ? pack_b(i) : pack_a(i);
+      const int64_t p0 = split_n ? 0 : s0, p1 = split_n ? rp : s1, q0 = split_n ? s0 : 0, q1 = split_n ? s1 : cp;
       for (int64_t d0 = 0; d0 < depth; d0 += mk.kc) {
         const int64_t dn = std::min(mk.kc, depth - d0);
         const bool add = options.accumulate || d0 > 0;
-        for (int64_t q = q0; q < q1; ++q) {  // a B micro-panel stays in L1 while the A block streams past
-          const char* bq = pb + (q * b_panel + d0 * mk.nr) * kWord;
-          const int64_t n0 = q * mk.nr, cols = std::min<int64_t>(mk.nr, N - n0);
-          for (int64_t p = p0; p < p1; ++p) {
-            const char* ap = pa + (p * a_panel + d0 * mk.mr) * kWord;
-            const int64_t m0 = p * mk.mr, rows = std::min<int64_t>(mk.mr, M - m0);
-            float* ct = c + m0 * ldc + n0;
-            if (rows == mk.mr && cols == mk.nr) {
-              mk.tile(dn, ap, bq, ct, ldc, add);
-              continue;
-            }
-            mk.tile(dn, ap, bq, edge, mk.nr, false);
-            for (int64_t i = 0; i < rows; ++i) {
-              for (int64_t j = 0; j < cols; ++j) {
-                ct[i * ldc + j] = add ? ct[i * ldc + j] + edge[i * mk.nr + j] : edge[i * mk.nr + j];
+        for (int64_t i0 = p0; i0 < p1; i0 += mk.mc_panels) {  // an A block of mc x kc stays in L2
+          const int64_t i1 = std::min(p1, i0 + mk.mc_panels);
+          for (int64_t q = q0; q < q1; ++q) {  // a B micro-panel stays in L1 while the A block streams past
+            const char* bq = pb + (q * b_panel + d0 * mk.nr) * kWord;
+            const int64_t n0 = q * mk.nr, cols = std::min<int64_t>(mk.nr, N - n0);
+            for (int64_t p = i0; p < i1; ++p) {
+              const char* ap = pa + (p * a_panel + d0 * mk.mr) * kWord;
+              const int64_t m0 = p * mk.mr, rows = std::min<int64_t>(mk.mr, M - m0);
+              float* ct = c + m0 * ldc + n0;
+              if (rows == mk.mr && cols == mk.nr) {
+                mk.tile(dn, ap, bq, ct, ldc, add);
+                continue;
+              }
+              mk.tile(dn, ap, bq, edge, mk.nr, false);
+              for (int64_t i = 0; i < rows; ++i) {
+                for (int64_t j = 0; j < cols; ++j) {
+                  ct[i * ldc + j] = add ? ct[i * ldc + j] + edge[i * mk.nr + j] : edge[i * mk.nr + j];
+                }
               }
             }
           }
@@ -340,14 +390,52 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
       }
     }
   };
-  if (par) {
-    (*par)(rp + cp, pack);
-    (*par)(tasks, compute);
+  const auto start = std::chrono::steady_clock::now();
+  if (threaded) {
+    (*options.parallel)(tasks, body);
   } else {
-    pack(0, rp + cp);
-    compute(0, tasks);
+    body(0, tasks);
+  }
+  if (may_thread) {
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+    thread_choice().record(work, threaded, spent.count());
   }
   scratch.trim();
+}
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc,
+          const GemmOptions& options) {
+  if (M <= 0 || N <= 0) return;
+  check_supported(options.path);
+  if (K <= 0) return empty_product(M, N, c, ldc, options.accumulate);
+  run(kernel_for(options.path, a.dtype, b.dtype), M, N, K, a, b, nullptr, c, ldc, options);
+}
+
+void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath path, PackedB& out) {
+  check_supported(path);
+  const MicroKernel mk = kernel_for(path, a_dtype, b.dtype);
+  const int64_t depth = mk.panel == Panel::kBf16Pairs ? (K + 1) / 2 : K, cp = (N + mk.nr - 1) / mk.nr;
+  out.path = path, out.a_dtype = a_dtype, out.b_dtype = b.dtype, out.K = K, out.N = N;
+  out.words.resize(static_cast<size_t>(std::max<int64_t>(0, cp * mk.nr * depth)));
+  const MatrixRef bt{b.data, b.dtype, b.cs, b.rs};
+  for (int64_t q = 0; q < cp && K > 0; ++q) {
+    pack_panel(bt, N, K, q * mk.nr, mk.nr, mk.panel, out.words.data() + q * mk.nr * depth);
+  }
+}
+
+void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options) {
+  if (M <= 0 || b.N <= 0) return;
+  check_supported(options.path);
+  const MicroKernel mk = kernel_for(options.path, a.dtype, b.b_dtype);
+  if (options.path != b.path || mk.tile != kernel_for(b.path, b.a_dtype, b.b_dtype).tile) {
+    throw std::invalid_argument(std::string("cpu::gemm: B was packed for the ") + gemm_path_name(b.path) +
+                                " path and another A dtype; pack it again for this product");
+  }
+  if (b.K <= 0) return empty_product(M, b.N, c, ldc, options.accumulate);
+  run(mk, M, b.N, b.K, a, MatrixRef{nullptr, b.b_dtype, 0, 0}, reinterpret_cast<const char*>(b.words.data()), c, ldc,
+      options);
 }
 
 }  // namespace neuron::cpu

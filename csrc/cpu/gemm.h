@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace neuron::cpu {
 
@@ -71,6 +72,19 @@ GemmOptions default_gemm_options(const ParallelFor* parallel = nullptr, bool acc
 // zeros (or leaves C as it is when accumulating). C must not overlap A or B.
 void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc,
           const GemmOptions& options);
+
+// B [K, N] packed once for several products that share it (the NKI executor's moving tiles, one
+// tile against many stationary ones). Valid for the path and A dtype it was packed for.
+struct PackedB {
+  GemmPath path = GemmPath::kScalar;
+  Dtype a_dtype = Dtype::kFloat32, b_dtype = Dtype::kFloat32;
+  int64_t K = 0, N = 0;
+  std::vector<uint32_t> words;  // the path's panels
+};
+void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath path, PackedB& out);
+
+// gemm() with B packed beforehand: the same results as with B itself.
+void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options);
 
 // One half-precision value (bits) as fp32, exactly.
 float half_to_float(uint16_t h);

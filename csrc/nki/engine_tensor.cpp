@@ -1,11 +1,11 @@
 // The Tensor engine: matmul into PSUM (accumulating as the hardware does) and the transpose.
-// The products themselves run in matmul.cpp.
+// The products themselves run on the host's GEMM (cpu/gemm.h).
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "cpu/gemm.h"
 #include "nki/executor.h"
-#include "nki/matmul.h"
 
 namespace neuron::nki {
 
@@ -19,92 +19,81 @@ void Program::State::exec_tensor(const Instr& in) {
   throw std::logic_error(std::string("nki executor: ") + op_name(in.op) + " is not a Tensor-engine instruction");
 }
 
-void Program::State::matmul(const Instr& in) {
-  const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
-  const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
-  std::vector<float>& R = buf[3];
-  R.resize(M * N);
-  if (dt(st) == DType::kBFloat16 && dt(mv) == DType::kBFloat16 && has_bf16_pair_matmul()) {
-    pack_pairs(st, K, M, packed_s_);
-    // The moving tile is often the same SBUF data for many matmuls (one column block of b
-    // against every row block): pack it once per version of its tensor.
-    const uint32_t* vp;
-    PackedOperand& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
-    if (pm.version == version_[mv.tensor] && pm.offset == mv.offset && same_dims(pm.dims, mv.dims)) {
-      vp = pm.data.data();
-    } else {
-      pack_pairs(mv, K, N, pm.data);
-      pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
-      vp = pm.data.data();
-    }
-    // Straight into an fp32 PSUM tile when every element of it is in the same state (all
-    // fresh: overwrite; all written, or accumulate=True: add), else through R.
-    float* out = R.data();
-    int64_t ldo = N;
-    bool add = false, direct = false;
-    int64_t ldd = 0;
-    if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {
-      const int64_t acc_mode = int_attr(in, "accumulate", -1);
-      uint8_t* w = written_flags(dst.tensor) + (d - reinterpret_cast<float*>(base(dst.tensor)));
-      bool all = true, none = true;
-      for (int64_t m = 0; m < M && (all || none); ++m) {
-        all = all && std::memchr(w + m * ldd, 0, N) == nullptr;
-        none = none && std::memchr(w + m * ldd, 1, N) == nullptr;
-      }
-      if (acc_mode == 1 || (acc_mode == -1 && all)) direct = true, add = true;
-      else if (acc_mode == 0 || (acc_mode == -1 && none)) direct = true, add = false;
-      if (direct) {
-        out = d, ldo = ldd;
-        for (int64_t m = 0; m < M; ++m) std::memset(w + m * ldd, 1, N);
-      }
-    }
-    matmul_bf16_pairs(packed_s_.data(), vp, out, ldo, add, K, M, N, host_parallel_for());
-    if (!direct) accumulate_psum(in, dst, R, M, N);
-    return;
-  }
-  int64_t lds = M, ldv = N;
-  const float* S = dense_f32(st, &lds);  // [K, M] rows, read in place when possible
-  if (!S) S = gather(st, 1), lds = M;
-  const float* V = dense_f32(mv, &ldv);  // [K, N]
-  if (!V) V = gather(mv, 2), ldv = N;
-  matmul_f32(S, lds, V, ldv, R.data(), K, M, N, host_parallel_for());
-  accumulate_psum(in, dst, R, M, N);
-}
+namespace {
 
-bool Program::State::same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y) {
+bool same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y) {
   if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i)
+  for (size_t i = 0; i < x.size(); ++i) {
     if (x[i].stride != y[i].stride || x[i].size != y[i].size) return false;
+  }
   return true;
 }
 
-void Program::State::pack_pairs(const Access& a, int64_t K, int64_t X, std::vector<uint32_t>& out) {
-  const uint16_t* rows;
-  int64_t ld = 0;
-  uint8_t* b = base(a.tensor);
-  if (dense_row(a, &ld) == X) {  // partition rows of contiguous elements: read in place
-    rows = reinterpret_cast<const uint16_t*>(b) + a.offset;
+}  // namespace
+
+// nc_matmul's operand as the GEMM's: stationary S [K, M] is A transposed (A[m, k] = S[k, m]),
+// moving V [K, N] is B. fp32/bf16/fp16 tiles whose partitions hold contiguous elements are read
+// in place; anything else is gathered to fp32 into buf[slot] first.
+cpu::MatrixRef Program::State::matmul_operand(const Access& a, int64_t X, bool stationary, int slot) {
+  const DType d = dt(a);
+  int64_t ld = X;
+  const void* data = nullptr;
+  cpu::Dtype kind = cpu::Dtype::kFloat32;
+  if ((d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16) && dense_row(a, &ld) == X) {
+    data = base(a.tensor) + a.offset * dtype_size(d);
+    kind = d == DType::kFloat32 ? cpu::Dtype::kFloat32 : d == DType::kBFloat16 ? cpu::Dtype::kBFloat16
+                                                                                : cpu::Dtype::kFloat16;
   } else {
-    std::vector<uint16_t>& bits = bits16_;
-    bits.resize(K * X);
-    for_runs(a, [&](int64_t off, int64_t stride, int64_t n, int64_t at) {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(&bits[at + i], b + (off + i * stride) * 2, 2);
-    });
-    rows = bits.data();
+    data = gather(a, slot);
     ld = X;
   }
-  const int64_t K2 = (K + 1) / 2;
-  out.resize(K2 * X);
-  for (int64_t k = 0; k < K2; ++k) {
-    const uint16_t* even = rows + 2 * k * ld;
-    uint32_t* o = out.data() + k * X;
-    if (2 * k + 1 < K) {
-      const uint16_t* odd = even + ld;
-      for (int64_t x = 0; x < X; ++x) o[x] = even[x] | (static_cast<uint32_t>(odd[x]) << 16);
-    } else {
-      for (int64_t x = 0; x < X; ++x) o[x] = even[x];
+  return stationary ? cpu::MatrixRef{data, kind, 1, ld} : cpu::MatrixRef{data, kind, ld, 1};
+}
+
+// PSUM[M, N] (+)= S.T @ V on the host's GEMM (cpu/gemm.h): exact products of 16-bit operands,
+// fp32 sums, as the PE array computes them.
+void Program::State::matmul(const Instr& in) {
+  const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
+  const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
+  const cpu::MatrixRef a = matmul_operand(st, M, true, 1);
+  // Straight into an fp32 PSUM tile when every element of it is in the same state (all fresh:
+  // overwrite; all written, or accumulate=True: add), else through R.
+  std::vector<float>& R = buf[3];
+  float* out = nullptr;
+  int64_t ldo = N;
+  bool add = false;
+  int64_t ldd = 0;
+  if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {
+    const int64_t acc_mode = int_attr(in, "accumulate", -1);
+    uint8_t* w = written_flags(dst.tensor) + (d - reinterpret_cast<float*>(base(dst.tensor)));
+    bool all = true, none = true;
+    for (int64_t m = 0; m < M && (all || none); ++m) {
+      all = all && std::memchr(w + m * ldd, 0, N) == nullptr;
+      none = none && std::memchr(w + m * ldd, 1, N) == nullptr;
+    }
+    if (acc_mode == 1 || (acc_mode == -1 && all)) out = d, add = true;
+    else if (acc_mode == 0 || (acc_mode == -1 && none)) out = d, add = false;
+    if (out) {
+      ldo = ldd;
+      for (int64_t m = 0; m < M; ++m) std::memset(w + m * ldd, 1, N);
     }
   }
+  const bool direct = out != nullptr;
+  if (!direct) {
+    R.resize(M * N);
+    out = R.data();
+  }
+  // The moving tile is often the same SBUF data for many matmuls (one column block of b against
+  // every row block of a): it is packed once per version of its tensor.
+  const cpu::GemmOptions options = cpu::default_gemm_options(&host_parallel_for(), add);
+  PackedMoving& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
+  if (pm.version != version_[mv.tensor] || pm.offset != mv.offset || !same_dims(pm.dims, mv.dims) ||
+      pm.b.path != options.path || pm.b.a_dtype != a.dtype || pm.b.K != K || pm.b.N != N) {
+    cpu::pack_b(K, N, matmul_operand(mv, N, false, 2), a.dtype, options.path, pm.b);
+    pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+  }
+  cpu::gemm(M, a, pm.b, out, ldo, options);
+  if (!direct) accumulate_psum(in, dst, R, M, N);
 }
 
 void Program::State::accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N) {

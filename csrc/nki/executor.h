@@ -5,7 +5,6 @@
 //                       fp32 / int64 / raw buffers; copies; run-time (dynamic) offsets
 //   exec.cpp            one instruction: run-time offsets resolved, then the op table's engine runs it
 //   engine_*.cpp        per engine (Tensor, Vector, Scalar, GpSimd, DMA): what each instruction computes
-//   matmul.cpp          the Tensor engine's products on the host CPU
 //   memory_plan.cpp     the arena: where each on-chip tensor lives, fresh memory per live range
 //   launch.cpp          the SPMD scheduler: the programs of a launch, sendrecv and core_barrier
 //   print.cpp           nl.device_print: formatting and the host's sink
@@ -20,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cpu/gemm.h"
 #include "nki/execute.h"
 
 namespace neuron::nki {
@@ -128,17 +128,15 @@ struct Program::State {
   void accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N);
   // Marks/queries "a matmul has written this PSUM element" (first write overwrites).
   uint8_t* written_flags(int t) { return p.psum_written_.data() + p.offset_[t]; }
-  // bf16 operand [K, X] -> (k even, k odd) pairs per column: out[(k / 2) * X + x].
-  void pack_pairs(const Access& a, int64_t K, int64_t X, std::vector<uint32_t>& out);
-  static bool same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y);
-  std::vector<uint32_t> packed_s_;
-  struct PackedOperand {
+  // A matmul operand as the host GEMM reads it (in place when dense, else gathered to buf[slot]).
+  cpu::MatrixRef matmul_operand(const Access& a, int64_t X, bool stationary, int slot);
+  // Moving tiles packed for the GEMM, by (tensor, offset), valid while the tensor's version holds.
+  struct PackedMoving {
     int64_t version = -1, offset = 0;
     std::vector<Dim> dims;
-    std::vector<uint32_t> data;
+    cpu::PackedB b;
   };
-  std::unordered_map<int64_t, PackedOperand> packed_moving_;  // by (tensor, offset)
-  std::vector<uint16_t> bits16_;
+  std::unordered_map<int64_t, PackedMoving> packed_moving_;
 
   // ---- GpSimd (engine_gpsimd.cpp) ----
   // iota's / affine_select's affine value per element (offset, channel_multiplier, pattern).

@@ -189,6 +189,33 @@ TEST_P(GemmPaths, AccumulatesIntoCAndIsIndependentOfTheThreadSplit) {
   }
 }
 
+TEST_P(GemmPaths, PrepackedBGivesTheSameResults) {
+  const auto [path, dtype] = GetParam();
+  for (const Shape& s : {Shape{13, 257, 129}, Shape{300, 31, 7}, Shape{1, 1, 1}}) {
+    std::mt19937 rng(static_cast<unsigned>(s.M + s.N + s.K));
+    const auto av = draw(s.M * s.K, dtype, rng), bv = draw(s.K * s.N, dtype, rng);
+    const Stored a = store(av, s.M, s.K, dtype, true), b = store(bv, s.K, s.N, dtype, false);
+    PackedB packed;
+    pack_b(s.K, s.N, b.ref, dtype, path, packed);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> c0(s.M * s.N, 0.25f);
+      const auto want = run(path, s, a.ref, b.ref, s.N, nullptr, accumulate ? &c0 : nullptr);
+      std::vector<float> got = accumulate ? c0 : std::vector<float>(s.M * s.N, -7.0f);
+      GemmOptions o;
+      o.path = path;
+      o.accumulate = accumulate;
+      gemm(s.M, a.ref, packed, got.data(), s.N, o);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0);
+    }
+    if (path != GemmPath::kScalar) {  // packed for another path: refused
+      GemmOptions o;
+      o.path = GemmPath::kScalar;
+      std::vector<float> c(s.M * s.N);
+      EXPECT_THROW(gemm(s.M, a.ref, packed, c.data(), s.N, o), std::invalid_argument);
+    }
+  }
+}
+
 TEST_P(GemmPaths, EmptyContractionGivesZerosOrLeavesC) {
   const auto [path, dtype] = GetParam();
   const Shape s{5, 9, 0};
