@@ -74,8 +74,11 @@ def tiny_config(family: str, tok):
                                              layer_types=["sliding_attention", "full_attention"])
     if family == "gpt_oss":
         common.pop("intermediate_size")
+        # GPT-OSS's YaRN RoPE, its 32x factor consistent with these short contexts
+        rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": MAX_POSITIONS // 32}
         return transformers.GptOssConfig(**common, intermediate_size=32, num_local_experts=4,
-                                         num_experts_per_tok=2, sliding_window=8,
+                                         num_experts_per_tok=2, sliding_window=8, rope_parameters=rope,
                                          layer_types=["sliding_attention", "full_attention"])
     raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
 

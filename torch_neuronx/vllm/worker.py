@@ -15,6 +15,7 @@ import psutil
 import torch
 
 import torch_neuronx  # noqa: F401  (registers the device)
+import torch_neuronx.vllm.moe  # noqa: F401  (registers the MoE method before models are built)
 from vllm.config import VllmConfig
 from vllm.distributed.parallel_state import get_pp_group
 from vllm.logger import init_logger
