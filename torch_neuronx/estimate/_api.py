@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import sys
 from typing import Any
@@ -111,7 +112,14 @@ def _trace_one(build, task: str, mode: str, compile_: bool, bar: _Bar, plan: Pla
                 torch.neuron.synchronize()
                 torch.neuron.reset_peak_memory_stats()
                 base = torch.neuron.memory_allocated()
-            run_step(model, inputs, task, rec, decode_inputs, compiled=compile_)
+            # The peak counts storages until Python frees them: with the cycle collector off during the
+            # step, when that happens does not depend on when a collection happens to run (determinism).
+            gc.collect()
+            gc.disable()
+            try:
+                run_step(model, inputs, task, rec, decode_inputs, compiled=compile_)
+            finally:
+                gc.enable()
             if compile_:
                 rec.peak_by_phase = {"step": torch.neuron.max_memory_allocated() - base}
                 rec.state_bytes = 0  # the measured step already holds the optimizer state
