@@ -223,12 +223,16 @@ void register_nki(py::module_& m) {
       .def_property_readonly("arena_bytes", &Program::arena_bytes);
 }
 
-void register_nki_tables(py::module_& m);  // nki_tables.cpp: the op table and name -> code maps
+}  // namespace torch_neuronx
 
+namespace torch_neuronx {
+void register_nki_estimate(py::module_& m);  // nki_estimate.cpp: the engine model
+void register_nki_tables(py::module_& m);    // nki_tables.cpp: the op table and name -> code maps
 }  // namespace torch_neuronx
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The NKI simulator core (no torch)";
   torch_neuronx::register_nki(m);
+  torch_neuronx::register_nki_estimate(m);
   torch_neuronx::register_nki_tables(m);
 }
