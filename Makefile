@@ -146,3 +146,4 @@ bench-fp8: build
 # (docs/estimate.md).
 bench-estimate: build
 	OMP_NUM_THREADS=1 $(PY) benchmarks/estimate_70b.py
+	$(PY) benchmarks/estimate_kernel.py
