@@ -82,6 +82,11 @@ serve: build serve-deps
 	$(SERVE_PY) -m vllm.entrypoints.cli.main serve $(SERVE_MODEL) --host 127.0.0.1 --port $(SERVE_PORT) \
 	  --dtype float32 --max-model-len 256 --kv-cache-memory-bytes 67108864
 
+# vLLM's serving benchmark against vllm serve on neuron (and vLLM's CPU backend on AVX-512 hosts):
+# request throughput, TTFT and TPOT per concurrency (docs/serving.md).
+bench-serve: build serve-deps
+	$(PY) benchmarks/serve.py
+
 bench: build
 	$(PY) benchmarks/eager_overhead.py
 
