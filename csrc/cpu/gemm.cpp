@@ -324,25 +324,40 @@ void empty_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate)
   for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
 }
 
-// The product with kernel mk; B from `b`, or from `packed_b` (its panels) when given.
-void run(const MicroKernel& mk, int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b,
-         const char* packed_b, float* c, int64_t ldc, const GemmOptions& options) {
+// One term of a product sum: A [M, K] times B [K, N], B as a matrix or as its panels.
+struct Term {
+  MatrixRef a, b;
+  const char* packed_b;  // B's panels (pack_b), or null: packed here from b
+  int64_t K;
+};
+
+// C (+)= sum of the terms' products with kernel mk. Each term adds its K blocks to C in order,
+// exactly as one run per term would (accumulating after the first); the terms share one
+// parallel region, so several small products are worth threading together.
+void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& terms, float* c, int64_t ldc,
+         const GemmOptions& options) {
   const bool pairs = mk.panel == Panel::kBf16Pairs;
-  const int64_t depth = pairs ? (K + 1) / 2 : K;  // panel words along K
   const int64_t rp = (M + mk.mr - 1) / mk.mr, cp = (N + mk.nr - 1) / mk.nr;
-  const int64_t a_panel = mk.mr * depth, b_panel = mk.nr * depth;  // words per panel
+  const size_t nt = terms.size();
+  // Per term: panel words along K, and where its A panels / its B panels (when packed here) start.
+  std::vector<int64_t> depth(nt), a_at(nt), b_at(nt);
+  int64_t a_words = 0, b_words = 0, work = 0;
+  for (size_t t = 0; t < nt; ++t) {
+    depth[t] = pairs ? (terms[t].K + 1) / 2 : terms[t].K;
+    a_at[t] = a_words, b_at[t] = b_words;
+    a_words += rp * mk.mr * depth[t];
+    if (!terms[t].packed_b) b_words += cp * mk.nr * depth[t];
+    work += M * N * terms[t].K;
+  }
 
   thread_local Scratch scratch;
-  char* pa = static_cast<char*>(scratch.get(pairs, true, static_cast<size_t>(rp * a_panel)));
-  char* pb = packed_b ? const_cast<char*>(packed_b)
-                      : static_cast<char*>(scratch.get(pairs, false, static_cast<size_t>(cp * b_panel)));
+  char* pa = static_cast<char*>(scratch.get(pairs, true, static_cast<size_t>(a_words)));
+  char* pb = static_cast<char*>(scratch.get(pairs, false, static_cast<size_t>(b_words)));
   constexpr int64_t kWord = 4;
-  const MatrixRef bt{b.data, b.dtype, b.cs, b.rs};  // B's columns are the rows of its panels
 
-  // One parallel region per product (each costs a wake-up of every thread): tasks split the
+  // One parallel region per call (each costs a wake-up of every thread): tasks split the
   // longer side; each packs the panels of that side it owns and multiplies them with the other
   // operand, packed by the caller beforehand.
-  const int64_t work = M * N * K;
   const bool may_thread = options.parallel && *options.parallel && work >= (int64_t{1} << 20);
   const bool threaded = may_thread && thread_choice().threads(work);
   const bool split_n = N >= M;
@@ -350,38 +365,56 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, int64_t K, const MatrixRef
   int64_t per_task = split_n ? mk.nc_panels : mk.mc_panels;
   if (threaded) per_task = std::max<int64_t>(1, std::min(per_task, (own + 7) / 8));  // at least 8 tasks
   const int64_t tasks = (own + per_task - 1) / per_task;
-  auto pack_a = [&](int64_t p) { pack_panel(a, M, K, p * mk.mr, mk.mr, mk.panel, pa + p * a_panel * kWord); };
-  auto pack_b = [&](int64_t q) {
-    if (!packed_b) pack_panel(bt, N, K, q * mk.nr, mk.nr, mk.panel, pb + q * b_panel * kWord);
+  auto a_panel = [&](size_t t, int64_t p) { return pa + (a_at[t] + p * mk.mr * depth[t]) * kWord; };
+  auto b_panel = [&](size_t t, int64_t q) {
+    const char* base = terms[t].packed_b ? terms[t].packed_b : pb + b_at[t] * kWord;
+    return base + q * mk.nr * depth[t] * kWord;
   };
-  for (int64_t i = 0; i < (split_n ? rp : cp); ++i) split_n ? pack_a(i) : pack_b(i);
+  auto pack_a = [&](size_t t, int64_t p) {
+    pack_panel(terms[t].a, M, terms[t].K, p * mk.mr, mk.mr, mk.panel, a_panel(t, p));
+  };
+  auto pack_b = [&](size_t t, int64_t q) {
+    if (terms[t].packed_b) return;
+    const MatrixRef& b = terms[t].b;  // B's columns are the rows of its panels
+    pack_panel(MatrixRef{b.data, b.dtype, b.cs, b.rs}, N, terms[t].K, q * mk.nr, mk.nr, mk.panel,
+               const_cast<char*>(b_panel(t, q)));
+  };
+  for (size_t t = 0; t < nt; ++t) {
+    for (int64_t i = 0; i < (split_n ? rp : cp); ++i) split_n ? pack_a(t, i) : pack_b(t, i);
+  }
 
   auto body = [&](int64_t lo, int64_t hi) {
     alignas(64) float edge[12 * 32];
-    for (int64_t t = lo; t < hi; ++t) {
-      const int64_t s0 = t * per_task, s1 = std::min(own, s0 + per_task);
-      for (int64_t i = s0; i < s1; ++i) split_n ? pack_b(i) : pack_a(i);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t s0 = task * per_task, s1 = std::min(own, s0 + per_task);
+      for (size_t t = 0; t < nt; ++t) {
+        for (int64_t i = s0; i < s1; ++i) split_n ? pack_b(t, i) : pack_a(t, i);
+      }
       const int64_t p0 = split_n ? 0 : s0, p1 = split_n ? rp : s1, q0 = split_n ? s0 : 0, q1 = split_n ? s1 : cp;
-      for (int64_t d0 = 0; d0 < depth; d0 += mk.kc) {
-        const int64_t dn = std::min(mk.kc, depth - d0);
-        const bool add = options.accumulate || d0 > 0;
-        for (int64_t i0 = p0; i0 < p1; i0 += mk.mc_panels) {  // an A block of mc x kc stays in L2
-          const int64_t i1 = std::min(p1, i0 + mk.mc_panels);
-          for (int64_t q = q0; q < q1; ++q) {  // a B micro-panel stays in L1 while the A block streams past
-            const char* bq = pb + (q * b_panel + d0 * mk.nr) * kWord;
-            const int64_t n0 = q * mk.nr, cols = std::min<int64_t>(mk.nr, N - n0);
-            for (int64_t p = i0; p < i1; ++p) {
-              const char* ap = pa + (p * a_panel + d0 * mk.mr) * kWord;
-              const int64_t m0 = p * mk.mr, rows = std::min<int64_t>(mk.mr, M - m0);
-              float* ct = c + m0 * ldc + n0;
-              if (rows == mk.mr && cols == mk.nr) {
-                mk.tile(dn, ap, bq, ct, ldc, add);
-                continue;
-              }
-              mk.tile(dn, ap, bq, edge, mk.nr, false);
-              for (int64_t i = 0; i < rows; ++i) {
-                for (int64_t j = 0; j < cols; ++j) {
-                  ct[i * ldc + j] = add ? ct[i * ldc + j] + edge[i * mk.nr + j] : edge[i * mk.nr + j];
+      bool first = !options.accumulate;  // the first K block overwrites C
+      for (size_t t = 0; t < nt; ++t) {
+        for (int64_t d0 = 0; d0 < depth[t]; d0 += mk.kc) {
+          const int64_t dn = std::min(mk.kc, depth[t] - d0);
+          const bool add = !first;
+          first = false;
+          for (int64_t i0 = p0; i0 < p1; i0 += mk.mc_panels) {  // an A block of mc x kc stays in L2
+            const int64_t i1 = std::min(p1, i0 + mk.mc_panels);
+            for (int64_t q = q0; q < q1; ++q) {  // a B micro-panel stays in L1 while the A block streams past
+              const char* bq = b_panel(t, q) + d0 * mk.nr * kWord;
+              const int64_t n0 = q * mk.nr, cols = std::min<int64_t>(mk.nr, N - n0);
+              for (int64_t p = i0; p < i1; ++p) {
+                const char* ap = a_panel(t, p) + d0 * mk.mr * kWord;
+                const int64_t m0 = p * mk.mr, rows = std::min<int64_t>(mk.mr, M - m0);
+                float* ct = c + m0 * ldc + n0;
+                if (rows == mk.mr && cols == mk.nr) {
+                  mk.tile(dn, ap, bq, ct, ldc, add);
+                  continue;
+                }
+                mk.tile(dn, ap, bq, edge, mk.nr, false);
+                for (int64_t i = 0; i < rows; ++i) {
+                  for (int64_t j = 0; j < cols; ++j) {
+                    ct[i * ldc + j] = add ? ct[i * ldc + j] + edge[i * mk.nr + j] : edge[i * mk.nr + j];
+                  }
                 }
               }
             }
@@ -410,7 +443,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
   if (M <= 0 || N <= 0) return;
   check_supported(options.path);
   if (K <= 0) return empty_product(M, N, c, ldc, options.accumulate);
-  run(kernel_for(options.path, a.dtype, b.dtype), M, N, K, a, b, nullptr, c, ldc, options);
+  run(kernel_for(options.path, a.dtype, b.dtype), M, N, {Term{a, b, nullptr, K}}, c, ldc, options);
 }
 
 void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath path, PackedB& out) {
@@ -425,17 +458,42 @@ void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath pa
   }
 }
 
-void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options) {
-  if (M <= 0 || b.N <= 0) return;
+namespace {
+
+// The kernel a product with prepacked B takes; throws when B was packed for another one.
+MicroKernel packed_kernel(const GemmOptions& options, Dtype a_dtype, const PackedB& b) {
   check_supported(options.path);
-  const MicroKernel mk = kernel_for(options.path, a.dtype, b.b_dtype);
+  const MicroKernel mk = kernel_for(options.path, a_dtype, b.b_dtype);
   if (options.path != b.path || mk.tile != kernel_for(b.path, b.a_dtype, b.b_dtype).tile) {
     throw std::invalid_argument(std::string("cpu::gemm: B was packed for the ") + gemm_path_name(b.path) +
                                 " path and another A dtype; pack it again for this product");
   }
-  if (b.K <= 0) return empty_product(M, b.N, c, ldc, options.accumulate);
-  run(mk, M, b.N, b.K, a, MatrixRef{nullptr, b.b_dtype, 0, 0}, reinterpret_cast<const char*>(b.words.data()), c, ldc,
-      options);
+  return mk;
+}
+
+}  // namespace
+
+void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options) {
+  gemm_sum(M, {GemmTerm{a, &b}}, c, ldc, options);
+}
+
+void gemm_sum(int64_t M, const std::vector<GemmTerm>& terms, float* c, int64_t ldc, const GemmOptions& options) {
+  if (terms.empty()) throw std::invalid_argument("cpu::gemm_sum: no terms");
+  const int64_t N = terms[0].b->N;
+  if (M <= 0 || N <= 0) return;
+  const MicroKernel mk = packed_kernel(options, terms[0].a.dtype, *terms[0].b);
+  std::vector<Term> run_terms;
+  run_terms.reserve(terms.size());
+  for (const GemmTerm& t : terms) {
+    if (t.b->N != N || packed_kernel(options, t.a.dtype, *t.b).tile != mk.tile) {
+      throw std::invalid_argument("cpu::gemm_sum: every term needs the same N and the same micro-kernel (dtypes)");
+    }
+    // A term with K == 0 adds nothing (and cannot be the one that overwrites C).
+    if (t.b->K > 0) run_terms.push_back(Term{t.a, MatrixRef{nullptr, t.b->b_dtype, 0, 0},
+                                             reinterpret_cast<const char*>(t.b->words.data()), t.b->K});
+  }
+  if (run_terms.empty()) return empty_product(M, N, c, ldc, options.accumulate);
+  run(mk, M, N, run_terms, c, ldc, options);
 }
 
 }  // namespace neuron::cpu

@@ -86,6 +86,16 @@ void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath pa
 // gemm() with B packed beforehand: the same results as with B itself.
 void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options);
 
+// A sum of products over consecutive K ranges, C (+)= A_0 @ B_0 + A_1 @ B_1 + ... (A_t [M, K_t],
+// B_t [K_t, N] packed for the same path and dtypes): bit for bit what gemm() called for each term
+// in turn gives (accumulating after the first), in one parallel region. The NKI executor runs a
+// chain of matmuls accumulating into one PSUM tile this way, each too small to thread alone.
+struct GemmTerm {
+  MatrixRef a;
+  const PackedB* b;  // not owned
+};
+void gemm_sum(int64_t M, const std::vector<GemmTerm>& terms, float* c, int64_t ldc, const GemmOptions& options);
+
 // One half-precision value (bits) as fp32, exactly.
 float half_to_float(uint16_t h);
 

@@ -11,7 +11,7 @@ namespace neuron::nki {
 
 void Program::State::exec_tensor(const Instr& in) {
   switch (in.op) {
-    case Op::kMatmul: matmul(in); return;
+    case Op::kMatmul: matmul(&in, 1); return;
     case Op::kTranspose: transpose(in); return;
     default:
       break;
@@ -31,6 +31,13 @@ bool same_dims(const std::vector<Dim>& x, const std::vector<Dim>& y) {
 
 }  // namespace
 
+// Whether the GEMM reads a matmul operand of X free elements per partition in place (*ld
+// elements apart).
+bool Program::State::in_place_operand(const Access& a, int64_t X, int64_t* ld) const {
+  const DType d = dt(a);
+  return (d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16) && dense_row(a, ld) == X;
+}
+
 // nc_matmul's operand as the GEMM's: stationary S [K, M] is A transposed (A[m, k] = S[k, m]),
 // moving V [K, N] is B. fp32/bf16/fp16 tiles whose partitions hold contiguous elements are read
 // in place; anything else is gathered to fp32 into buf[slot] first.
@@ -39,7 +46,7 @@ cpu::MatrixRef Program::State::matmul_operand(const Access& a, int64_t X, bool s
   int64_t ld = X;
   const void* data = nullptr;
   cpu::Dtype kind = cpu::Dtype::kFloat32;
-  if ((d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16) && dense_row(a, &ld) == X) {
+  if (in_place_operand(a, X, &ld)) {
     data = base(a.tensor) + a.offset * dtype_size(d);
     kind = d == DType::kFloat32 ? cpu::Dtype::kFloat32 : d == DType::kBFloat16 ? cpu::Dtype::kBFloat16
                                                                                 : cpu::Dtype::kFloat16;
@@ -50,12 +57,57 @@ cpu::MatrixRef Program::State::matmul_operand(const Access& a, int64_t X, bool s
   return stationary ? cpu::MatrixRef{data, kind, 1, ld} : cpu::MatrixRef{data, kind, ld, 1};
 }
 
+namespace {
+
+bool has_dynamic_index(const Instr& in) {
+  for (const Access& a : in.args) {
+    if (a.present() && a.index.present()) return true;
+  }
+  return false;
+}
+
+bool same_access(const Access& x, const Access& y) {
+  return x.tensor == y.tensor && x.offset == y.offset && same_dims(x.dims, y.dims);
+}
+
+}  // namespace
+
+// Whether instruction `at`, right after the matmuls first..at-1, adds to first's PSUM tile as
+// the next term of one K sum: a matmul into the same access that accumulates (None or True:
+// every element is written by then), with operands of first's dtypes and no fresh memory
+// coming alive before it (prepare() would fill it after the earlier terms read theirs).
+// Only matmuls follow first, and they write PSUM only, so nothing in between changes an operand.
+bool Program::State::continues_matmul_chain(const Instr& first, size_t at) const {
+  const Instr& in = p.k_.instrs[at];
+  if (in.op != Op::kMatmul || has_dynamic_index(in) || !p.alloc_at_[at].empty()) return false;
+  if (int_attr(in, "accumulate", -1) == 0 || int_attr(in, "is_transpose", 0) != int_attr(first, "is_transpose", 0)) {
+    return false;
+  }
+  return same_access(in.args[0], first.args[0]) && dt(in.args[1]) == dt(first.args[1]) &&
+         dt(in.args[2]) == dt(first.args[2]);
+}
+
+size_t Program::State::run_matmuls(size_t i) {
+  const std::vector<Instr>& code = p.k_.instrs;
+  if (has_dynamic_index(code[i])) {
+    run(code[i]);
+    return 1;
+  }
+  size_t n = 1;
+  while (i + n < code.size() && continues_matmul_chain(code[i], i + n)) ++n;
+  ++version_[code[i].args[0].tensor];  // as exec() counts a write
+  const size_t ran = matmul(&code[i], n);
+  for (size_t j = 1; j < ran; ++j) ++version_[code[i + j].args[0].tensor];
+  return ran;
+}
+
 // PSUM[M, N] (+)= S.T @ V on the host's GEMM (cpu/gemm.h): exact products of 16-bit operands,
-// fp32 sums, as the PE array computes them.
-void Program::State::matmul(const Instr& in) {
-  const Access &dst = in.args[0], &st = in.args[1], &mv = in.args[2];
-  const int64_t K = st.partitions(), M = st.free_elements(), N = mv.free_elements();
-  const cpu::MatrixRef a = matmul_operand(st, M, true, 1);
+// fp32 sums, as the PE array computes them. in[1..n) may continue in[0]'s K sum
+// (continues_matmul_chain); they run with it as one GEMM while PSUM is updated in place, and as
+// many as ran is returned (at least 1).
+size_t Program::State::matmul(const Instr* in, size_t n) {
+  const Access &dst = in[0].args[0], &st = in[0].args[1];
+  const int64_t M = st.free_elements(), N = in[0].args[2].free_elements();
   // Straight into an fp32 PSUM tile when every element of it is in the same state (all fresh:
   // overwrite; all written, or accumulate=True: add), else through R.
   std::vector<float>& R = buf[3];
@@ -64,7 +116,7 @@ void Program::State::matmul(const Instr& in) {
   bool add = false;
   int64_t ldd = 0;
   if (float* d = const_cast<float*>(dense_f32(dst, &ldd))) {
-    const int64_t acc_mode = int_attr(in, "accumulate", -1);
+    const int64_t acc_mode = int_attr(in[0], "accumulate", -1);
     uint8_t* w = written_flags(dst.tensor) + (d - reinterpret_cast<float*>(base(dst.tensor)));
     bool all = true, none = true;
     for (int64_t m = 0; m < M && (all || none); ++m) {
@@ -80,20 +132,37 @@ void Program::State::matmul(const Instr& in) {
   }
   const bool direct = out != nullptr;
   if (!direct) {
+    n = 1;
     R.resize(M * N);
     out = R.data();
   }
-  // The moving tile is often the same SBUF data for many matmuls (one column block of b against
-  // every row block of a): it is packed once per version of its tensor.
+  // One term per matmul. The moving tile is often the same SBUF data for many matmuls (one
+  // column block of b against every row block of a): it is packed once per version of its tensor.
   const cpu::GemmOptions options = cpu::default_gemm_options(&host_parallel_for(), add);
-  PackedMoving& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
-  if (pm.version != version_[mv.tensor] || pm.offset != mv.offset || !same_dims(pm.dims, mv.dims) ||
-      pm.b.path != options.path || pm.b.a_dtype != a.dtype || pm.b.K != K || pm.b.N != N) {
-    cpu::pack_b(K, N, matmul_operand(mv, N, false, 2), a.dtype, options.path, pm.b);
-    pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+  std::vector<cpu::GemmTerm>& terms = terms_;
+  terms.clear();
+  for (size_t j = 0; j < n; ++j) {
+    const Access &sj = in[j].args[1], &mv = in[j].args[2];
+    const int64_t K = sj.partitions();
+    // Later terms are read in place only (a gathered one would share buf[1] with the first).
+    int64_t ld = 0;
+    if (j > 0 && !in_place_operand(sj, M, &ld)) break;
+    const cpu::MatrixRef a = matmul_operand(sj, M, true, 1);
+    PackedMoving& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
+    const bool fresh = pm.version == version_[mv.tensor] && pm.offset == mv.offset && same_dims(pm.dims, mv.dims) &&
+                       pm.b.path == options.path && pm.b.a_dtype == a.dtype && pm.b.K == K && pm.b.N == N;
+    if (!fresh) {
+      bool in_use = false;  // by an earlier term of this sum (the same key, another view)
+      for (const cpu::GemmTerm& t : terms) in_use = in_use || t.b == &pm.b;
+      if (in_use) break;
+      cpu::pack_b(K, N, matmul_operand(mv, N, false, 2), a.dtype, options.path, pm.b);
+      pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+    }
+    terms.push_back({a, &pm.b});
   }
-  cpu::gemm(M, a, pm.b, out, ldo, options);
-  if (!direct) accumulate_psum(in, dst, R, M, N);
+  cpu::gemm_sum(M, terms, out, ldo, options);
+  if (!direct) accumulate_psum(in[0], dst, R, M, N);
+  return terms.size();
 }
 
 void Program::State::accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N) {

@@ -123,13 +123,19 @@ struct Program::State {
   void acc_write(const Access& res, const float* regs, int64_t P, bool negate = false);
 
   // ---- Tensor engine (engine_tensor.cpp) ----
-  void matmul(const Instr& in);
+  // Runs the matmul at instruction i and the ones right after it that continue its K sum in
+  // one PSUM tile (one host GEMM, worth threading); returns how many instructions ran.
+  size_t run_matmuls(size_t i);
+  bool continues_matmul_chain(const Instr& first, size_t at) const;
+  size_t matmul(const Instr* in, size_t n);
+  std::vector<cpu::GemmTerm> terms_;
   void transpose(const Instr& in);
   void accumulate_psum(const Instr& in, const Access& dst, const std::vector<float>& R, int64_t M, int64_t N);
   // Marks/queries "a matmul has written this PSUM element" (first write overwrites).
   uint8_t* written_flags(int t) { return p.psum_written_.data() + p.offset_[t]; }
   // A matmul operand as the host GEMM reads it (in place when dense, else gathered to buf[slot]).
   cpu::MatrixRef matmul_operand(const Access& a, int64_t X, bool stationary, int slot);
+  bool in_place_operand(const Access& a, int64_t X, int64_t* ld) const;
   // Moving tiles packed for the GEMM, by (tensor, offset), valid while the tensor's version holds.
   struct PackedMoving {
     int64_t version = -1, offset = 0;

@@ -51,7 +51,11 @@ void run_launch(const std::vector<Program*>& programs, const std::vector<std::ve
         for (; pc[r] < p.k_.instrs.size(); ++pc[r]) {
           p.prepare(pc[r]);
           if (synchronizes(p.k_.instrs[pc[r]].op)) break;
-          st[r]->run(p.k_.instrs[pc[r]]);
+          if (p.k_.instrs[pc[r]].op == Op::kMatmul) {
+            pc[r] += st[r]->run_matmuls(pc[r]) - 1;  // with the matmuls that continue its K sum
+          } else {
+            st[r]->run(p.k_.instrs[pc[r]]);
+          }
         }
         progress = true;
         if (pc[r] == p.k_.instrs.size()) {

@@ -216,6 +216,54 @@ TEST_P(GemmPaths, PrepackedBGivesTheSameResults) {
   }
 }
 
+TEST_P(GemmPaths, SumOfTermsIsOneGemmPerTermBitForBit) {
+  // gemm_sum over K tiles (the NKI executor's chain of matmuls into one PSUM tile) equals gemm()
+  // per term, accumulating after the first, whatever the thread split.
+  const auto [path, dtype] = GetParam();
+  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::vector<std::thread> ts;
+    for (int64_t t = 0; t < 2; ++t) ts.emplace_back(body, n * t / 2, n * (t + 1) / 2);
+    for (auto& t : ts) t.join();
+  };
+  const int64_t M = 70, N = 200;
+  const int64_t Ks[] = {128, 128, 37, 300};  // odd and over one K block
+  std::mt19937 rng(11);
+  std::vector<Stored> as, bs;
+  std::vector<PackedB> packed(std::size(Ks));
+  std::vector<GemmTerm> terms;
+  for (size_t t = 0; t < std::size(Ks); ++t) {
+    as.push_back(store(draw(M * Ks[t], dtype, rng), M, Ks[t], dtype, true));  // S [K, M], as NKI stores it
+    bs.push_back(store(draw(Ks[t] * N, dtype, rng), Ks[t], N, dtype, false));
+    pack_b(Ks[t], N, bs[t].ref, dtype, path, packed[t]);
+  }
+  for (size_t t = 0; t < std::size(Ks); ++t) terms.push_back({as[t].ref, &packed[t]});
+  for (bool accumulate : {false, true}) {
+    std::vector<float> want(M * N, 0.5f);
+    for (size_t t = 0; t < std::size(Ks); ++t) {
+      GemmOptions o;
+      o.path = path;
+      o.accumulate = accumulate || t > 0;
+      gemm(M, N, Ks[t], as[t].ref, bs[t].ref, want.data(), N, o);
+    }
+    for (const ParallelFor* par : {static_cast<const ParallelFor*>(nullptr), &threads}) {
+      std::vector<float> got(M * N, 0.5f);
+      GemmOptions o;
+      o.path = path;
+      o.parallel = par;
+      o.accumulate = accumulate;
+      gemm_sum(M, terms, got.data(), N, o);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << "accumulate=" << accumulate;
+    }
+  }
+  PackedB narrow;  // another N: refused
+  pack_b(Ks[0], N - 1, bs[0].ref, dtype, path, narrow);
+  std::vector<GemmTerm> mixed{terms[0], {as[0].ref, &narrow}};
+  std::vector<float> c(M * N);
+  GemmOptions o;
+  o.path = path;
+  EXPECT_THROW(gemm_sum(M, mixed, c.data(), N, o), std::invalid_argument);
+}
+
 TEST_P(GemmPaths, EmptyContractionGivesZerosOrLeavesC) {
   const auto [path, dtype] = GetParam();
   const Shape s{5, 9, 0};

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "nki/execute.h"
@@ -36,6 +39,124 @@ TEST(NkiExecutor, MatmulFirstWriteOverwritesLaterWritesAccumulate) {
     }
   p.run({A.data(), B.data(), O.data()});  // a second run starts from fresh PSUM again
   EXPECT_EQ(O[0], 2 * (A[0] * B[0] + A[3] * B[3]));
+}
+
+// A [P, n_k, F] SBUF tile's [0:P, kt, 0:F] slice: one K tile of a stationary or moving operand,
+// as the shipped matmul kernel slices it.
+nk::Access k_tile(const nk::Kernel& k, int t, int64_t kt) {
+  const auto& s = k.tensors[t].shape;
+  return {t, kt * s[2], {{s[1] * s[2], s[0]}, {1, s[2]}}};
+}
+
+// The matmul kernel's block: a and b loaded to SBUF as K tiles, n_k matmuls accumulating into one
+// PSUM tile (accumulate=None), copied out. With `break_chain`, a memset of an unrelated tile
+// between the matmuls keeps the executor from running them as one GEMM.
+nk::Kernel k_tiled_matmul(int64_t P, int64_t n_k, int64_t M, int64_t N, bool break_chain) {
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int a = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {P, n_k, M}, 0);
+  const int b = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {P, n_k, N}, 1);
+  const int out = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {M, N}, 2);
+  const int sa = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {P, n_k, M});
+  const int sb = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {P, n_k, N});
+  const int other = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {1, 1});
+  const int ps = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {M, N});
+  const int r = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {M, N});
+  instr(k, nk::Op::kDmaCopy, {whole(k, sa), whole(k, a)});
+  instr(k, nk::Op::kDmaCopy, {whole(k, sb), whole(k, b)});
+  instr(k, nk::Op::kMemset, {whole(k, other)}, {}, {0.0});
+  for (int64_t kt = 0; kt < n_k; ++kt) {
+    instr(k, nk::Op::kMatmul, {whole(k, ps), k_tile(k, sa, kt), k_tile(k, sb, kt)}, {-1, 0});
+    if (break_chain) instr(k, nk::Op::kMemset, {whole(k, other)}, {}, {1.0});
+  }
+  instr(k, nk::Op::kTensorCopy, {whole(k, r), whole(k, ps)}, {0});
+  instr(k, nk::Op::kDmaCopy, {whole(k, out), whole(k, r)});
+  return k;
+}
+
+TEST(NkiExecutor, MatmulsAccumulatingIntoOneTileGiveTheFloat64SumAsOneChainOrOneByOne) {
+  // Consecutive matmuls into one PSUM tile run as one host GEMM over their K tiles (threaded
+  // here, on a hook with two threads): the float64 sum within fp32 rounding, and bit for bit what
+  // the same matmuls give one at a time.
+  nk::set_parallel_for([](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::thread t(body, 0, n / 2);
+    body(n / 2, n);
+    t.join();
+  });
+  const int64_t P = 128, n_k = 5, M = 96, N = 200;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> A(P * n_k * M), B(P * n_k * N);  // A [K, M] = a.T, B [K, N] with K = (p, kt)
+  for (auto& x : A) x = normal(rng);
+  for (auto& x : B) x = normal(rng);
+  std::vector<float> chained(M * N, -1), single(M * N, -1);
+  nk::Program(k_tiled_matmul(P, n_k, M, N, false)).run({A.data(), B.data(), chained.data()});
+  nk::Program(k_tiled_matmul(P, n_k, M, N, true)).run({A.data(), B.data(), single.data()});
+  nk::set_parallel_for(nullptr);
+  EXPECT_EQ(std::memcmp(chained.data(), single.data(), chained.size() * 4), 0);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0, mag = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        for (int64_t kt = 0; kt < n_k; ++kt) {
+          const double x = static_cast<double>(A[(p * n_k + kt) * M + m]) * B[(p * n_k + kt) * N + n];
+          want += x, mag += std::fabs(x);
+        }
+      }
+      ASSERT_NEAR(chained[m * N + n], want, mag * (P * n_k + 1) * std::ldexp(1.0, -24)) << m << "," << n;
+    }
+  }
+}
+
+TEST(NkiExecutor, AWriteBetweenMatmulsIsSeenByTheNextOneAndAccumulateFalseRestartsTheSum) {
+  // matmul(S, V); S <- S2 (DMA); matmul(S, V); V <- V2 (DMA); matmul(S, V); matmul(S, V, accumulate=False);
+  // matmul(S, V): the writes between matmuls end their K sum and the later ones read the new
+  // data; accumulate=False overwrites what the earlier matmuls summed.
+  nk::Kernel k{nk::target_for("trn2"), {}, {}};
+  const int64_t K = 4, M = 3, N = 5;
+  const int s_in = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, K, M}, 0);
+  const int v_in = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, K, N}, 1);
+  const int out = tensor(k, nk::Buffer::kSharedHbm, nk::DType::kFloat32, {2, M, N}, 2);
+  const int s = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {K, M});
+  const int v = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {K, N});
+  const int ps = tensor(k, nk::Buffer::kPsum, nk::DType::kFloat32, {M, N});
+  const int r = tensor(k, nk::Buffer::kSbuf, nk::DType::kFloat32, {M, N});
+  auto hbm = [&](int t, int64_t i) {  // t[i] of a [2, R, C] HBM tensor
+    const auto& sh = k.tensors[t].shape;
+    return nk::Access{t, i * sh[1] * sh[2], {{sh[2], sh[1]}, {1, sh[2]}}};
+  };
+  auto matmul = [&](int64_t acc) { instr(k, nk::Op::kMatmul, {whole(k, ps), whole(k, s), whole(k, v)}, {acc, 0}); };
+  auto store = [&](int64_t i) {
+    instr(k, nk::Op::kTensorCopy, {whole(k, r), whole(k, ps)}, {0});
+    instr(k, nk::Op::kDmaCopy, {hbm(out, i), whole(k, r)});
+  };
+  instr(k, nk::Op::kDmaCopy, {whole(k, s), hbm(s_in, 0)});
+  instr(k, nk::Op::kDmaCopy, {whole(k, v), hbm(v_in, 0)});
+  matmul(-1);
+  instr(k, nk::Op::kDmaCopy, {whole(k, s), hbm(s_in, 1)});
+  matmul(-1);
+  instr(k, nk::Op::kDmaCopy, {whole(k, v), hbm(v_in, 1)});
+  matmul(-1);
+  store(0);
+  matmul(1);
+  matmul(0);
+  matmul(-1);
+  store(1);
+  nk::Program p(std::move(k));
+  std::vector<float> S(2 * K * M), V(2 * K * N), O(2 * M * N, -1);
+  for (size_t i = 0; i < S.size(); ++i) S[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  for (size_t i = 0; i < V.size(); ++i) V[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  p.run({S.data(), V.data(), O.data()});
+  auto prod = [&](int si, int vi, int64_t m, int64_t n) {  // (S_si.T @ V_vi)[m, n], exact in small integers
+    float x = 0;
+    for (int64_t kk = 0; kk < K; ++kk) x += S[(si * K + kk) * M + m] * V[(vi * K + kk) * N + n];
+    return x;
+  };
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(O[m * N + n], prod(0, 0, m, n) + prod(1, 0, m, n) + prod(1, 1, m, n)) << m << "," << n;
+      EXPECT_EQ(O[M * N + m * N + n], 2 * prod(1, 1, m, n)) << m << "," << n;  // accumulate=False restarted it
+    }
+  }
 }
 
 TEST(NkiExecutor, WritesRoundToNearestEvenAndCopiesKeepBits) {
