@@ -41,7 +41,6 @@ class NeuronPlatform(Platform):
     device_control_env_var: str = "NEURON_RT_VISIBLE_CORES"
     dist_backend: str = "neuron"
     simple_compile_backend: str = "eager"
-    supported_quantization: list[str] = []
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -97,6 +96,11 @@ class NeuronPlatform(Platform):
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"neuron serves float32, bfloat16 and float16 models, not {dtype}; "
                              "pass --dtype float32, bfloat16 or float16")
+
+    @classmethod
+    def verify_quantization(cls, quant: str) -> None:
+        raise ValueError(f"{quant} quantization is not supported on neuron yet; serve an unquantized "
+                         "(float32/bfloat16/float16) checkpoint")
 
     @classmethod
     def is_pin_memory_available(cls) -> bool:
