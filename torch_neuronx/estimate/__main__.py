@@ -58,9 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-comparators", action="store_true", help="leave out the H100/H200 comparators")
     p.add_argument("--instances", type=int, metavar="N", help="instances to pay for (default: what the ranks need)")
     p.add_argument("--mode", choices=("full", "record"), default=None,
-                   help="full: fake tensors at the real size (default); record: run the step on neuron at the size "
-                        "given (--compile implies record)")
-    p.add_argument("--compile", action="store_true", help="cost the kernels torch.compile (Inductor) generates")
+                   help="full: fake tensors at the real size (default; with --compile, element-wise ops cost as "
+                        "fused kernels); record: run the step on neuron at the size given")
+    p.add_argument("--compile", action="store_true", help="cost a compiled graph: in record mode the kernels torch.compile (Inductor) "
+                   "generates; at full size, element-wise ops fused between matmuls")
     p.add_argument("--prices", metavar="FILE", help="price table (JSON; default: the shipped, unverified one)")
     p.add_argument("--json", metavar="FILE", help="write the estimate as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of one rank's step (first platform)")
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         v = getattr(a, flag)
         if v is not None and v < 1:
             return fail(f"--{flag.replace('_', '-')} must be >= 1")
-    mode = a.mode or ("record" if a.compile else "full")
+    mode = a.mode or "full"
     try:
         platforms = parse_platforms(a.platform)
         if not a.no_comparators:

@@ -208,9 +208,10 @@ def capture(model: Any, inputs: Any = None, *, task: str = "train", batch: int |
         raise EstimateError(f"unknown dtype {dtype!r}; choose from bf16, fp8, mxfp8, fp32")
     if mode not in MODES:
         raise EstimateError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    if compile and mode != "record":
-        raise EstimateError("compiled mode runs the generated kernels: use mode='record' (--mode record) with "
-                            "--compile, at a size the device holds")
+    # Full size and compiled: the step is traced eagerly on fake tensors (Inductor's kernels cannot run
+    # there) and its element-wise ops are costed as a graph compiler fuses them (_model._fuse).
+    fuse = compile and mode == "full"
+    compile = compile and not fuse
     for name, v in (("tp", plan.tp), ("pp", plan.pp), ("dp", plan.dp), ("cp", plan.cp), ("ep", plan.ep),
                     ("micro-batch", micro_batch)):
         if not isinstance(v, int) or v < 1:
@@ -248,6 +249,11 @@ def capture(model: Any, inputs: Any = None, *, task: str = "train", batch: int |
                             ) from e
     finally:
         bar.close()
+    if fuse:
+        cap.fused = True
+        cap.assumptions.append("compiled at full size: the step is traced eagerly on fake tensors and every run of "
+                               "consecutive element-wise ops costs as one fused kernel (each op's instructions on its "
+                               "engine, HBM read and written once, one fixed cost), as neuronx-cc / Inductor fuse them")
     return cap
 
 

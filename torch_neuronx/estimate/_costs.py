@@ -160,6 +160,58 @@ def trainium_op_cost(op: Op, t: Target, dtype: str) -> OpCost:
     return _elementwise(op, t)
 
 
+def fusable(op: Op) -> bool:
+    """An element-wise op or reduction a compiler fuses with its neighbours (everything ``_elementwise``
+    costs, apart from compiled kernels and the optimizer's list ops)."""
+    name = base_name(op.name)
+    if op.collective is not None or op.name.startswith(("inductor.", "fsdp.")) or name.startswith("_foreach_"):
+        return False
+    if name in VIEW_OPS or name in MATMUL_OPS or name in COPY_OPS or name in SOFTMAX_OPS:
+        return False
+    if name in ATTENTION_FWD or name in NORM_OPS or (name.endswith("_backward") and
+                                                      (name[:-9] in ATTENTION_FWD or name[:-9] in NORM_OPS)):
+        return False
+    return bool(op.inputs or op.outputs)
+
+
+def _ew_kind(op: Op) -> tuple[str, str, int, int]:
+    """(kind, dtype, passes, elements) of an element-wise op, as ``_elementwise`` costs it."""
+    name = base_name(op.name)
+    sizes = [math.prod(s) for s, _ in op.inputs]
+    n_big = sum(1 for n in sizes if n > 1)
+    elems = max(sizes + [math.prod(s) for s, _ in op.outputs] + [0])
+    dtype = _EW_DTYPE.get(op.inputs[0][1] if op.inputs else "", "float32")
+    if name in SCALAR_OPS:
+        return "activation", dtype, 1, elems
+    if name in REDUCTIONS or name.rstrip("_") in REDUCTIONS:
+        return "reduce", dtype, 1, elems
+    if n_big >= 2:
+        return "binary", dtype, n_big - 1, elems
+    return "unary", dtype, 1, elems
+
+
+def fused_cost(ops: list[Op], t: Target) -> OpCost:
+    """A run of consecutive element-wise ops as one compiled (fused) kernel: every op still runs its
+    instructions on its engine (VectorE / ScalarE, in parallel with each other), but the
+    intermediates stay in SBUF: HBM is read and written once, at the widest op's inputs and output,
+    and the kernel's fixed cost is paid once. Times per element are the engine model's
+    (_elementwise.engine_rate / rate)."""
+    from torch_neuronx.estimate._elementwise import engine_rate, rate
+
+    eng = {"vector": 0.0, "scalar": 0.0}
+    fixed = 0.0
+    for op in ops:
+        kind, dtype, passes, elems = _ew_kind(op)
+        eng["scalar" if kind == "activation" else "vector"] += passes * elems * engine_rate(kind, dtype, t.name)
+        fixed = max(fixed, rate(kind, dtype, t.name)[0])
+    nbytes = max(op.in_bytes for op in ops) + max(op.out_bytes for op in ops)
+    dma = nbytes / min(t.hbm_bw, t.dma_bw)  # the rank's share of HBM / DMA
+    engine, busy = max(eng.items(), key=lambda kv: kv[1])
+    busy /= t.lnc  # engine work splits over the rank's physical cores
+    # Once per run of the kernel; a run's ops share one count (layer replication weights it, possibly < 0).
+    return OpCost(ops[0].count * (fixed / t.lnc + max(busy, dma)), engine if busy >= dma else "dma")
+
+
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "norm",
               "linalg_vector_norm", "argmax", "argmin", "prod", "logsumexp", "any", "all", "cumsum", "_foreach_norm",
               "nll_loss_forward", "nll_loss2d_forward"}
@@ -179,20 +231,10 @@ def _elementwise(op: Op, t: Target) -> OpCost:
         elems = max(int(op.args.get("elements", 0)), op.in_bytes // 8)
         passes = 1
     else:
-        sizes = [math.prod(s) for s, _ in op.inputs]
-        n_big = sum(1 for n in sizes if n > 1)
-        elems = max(sizes + [math.prod(s) for s, _ in op.outputs] + [0])
-        dtype = _EW_DTYPE.get(op.inputs[0][1] if op.inputs else "", "float32")
-        if name in SCALAR_OPS:
-            kind, passes = "activation", 1
-        elif name in REDUCTIONS or name.rstrip("_") in REDUCTIONS:
-            kind, passes = "reduce", 1
-        elif n_big >= 2:
-            kind, passes = "binary", n_big - 1
-        else:
-            kind, passes = "unary", 1
+        kind, dtype, passes, elems = _ew_kind(op)
         if name.startswith("_foreach_"):
             # a list op: one kernel per tensor of the list, all of its elements
+            sizes = [math.prod(s) for s, _ in op.inputs]
             elems = sum(math.prod(s) for s, _ in op.outputs) or sum(sizes) // max(1, passes + 1)
     fixed, per_element = rate(kind, dtype, t.name)
     sec = (fixed + passes * elems * per_element) / t.lnc

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch_neuronx.estimate._capture import Op
 from torch_neuronx.estimate._collectives import collective_seconds
-from torch_neuronx.estimate._costs import target, trainium_op_cost
+from torch_neuronx.estimate._costs import fusable, fused_cost, target, trainium_op_cost
 from torch_neuronx.estimate._ops import Target
 from torch_neuronx.estimate._step import Capture, Plan
 
@@ -71,6 +71,34 @@ def collective_class(op: Op, plan: Plan) -> str:
 OVERLAPPED = ("dp", "cp")  # FSDP prefetch / reduce-scatter behind backward, DDP buckets, ring attention
 
 
+def _fuse(ops: list[Op]) -> list:
+    """Ops in order, with each run of consecutive element-wise ops of one phase (views between them do
+    not break a run; anything else does) replaced by the list of its ops: what a graph compiler
+    (neuronx-cc, Inductor) fuses into one kernel. The optimizer is left as it runs (its own step)."""
+    from torch_neuronx.estimate._ops import VIEW_OPS, base_name
+
+    out: list = []
+    run: list[Op] = []
+
+    def flush():
+        if run:
+            out.append(list(run) if len(run) > 1 else run[0])
+            run.clear()
+
+    for op in ops:
+        if op.phase != "optimizer" and fusable(op):
+            if run and (run[-1].phase != op.phase or run[-1].count != op.count):
+                flush()
+            run.append(op)
+        elif base_name(op.name) in VIEW_OPS and op.collective is None:
+            out.append(op)
+        else:
+            flush()
+            out.append(op)
+    flush()
+    return out
+
+
 def evaluate(cap: Capture, plan: Plan, platform: str, dtype: str, tokens: int, instances: int | None,
              prices) -> PlatformResult:
     t: Target = target(platform)
@@ -87,7 +115,12 @@ def evaluate(cap: Capture, plan: Plan, platform: str, dtype: str, tokens: int, i
     pp_p2p = 0.0
     model_flops = 0.0
     optimizer = 0.0
-    for op in cap.ops:
+    for op in _fuse(cap.ops) if cap.fused and t.kind != "gpu" else cap.ops:
+        if isinstance(op, list):  # a fused run of element-wise ops (compiled graph)
+            c = fused_cost(op, t)
+            engines[c.engine] = engines.get(c.engine, 0.0) + c.seconds
+            compute_phase[op[0].phase] = compute_phase.get(op[0].phase, 0.0) + c.seconds
+            continue
         if op.collective is not None:
             sec, _ = collective_seconds(op.collective, op.comm_bytes, op.group, t)
             cls = collective_class(op, plan)

@@ -60,7 +60,7 @@ class Estimate:
     def assumptions(self) -> list[str]:
         a = [
             f"one rank traced ({'fake tensors, full size' if self.mode == 'full' else 'on neuron, at the size given'}"
-            f"{', torch.compile: Inductor fused kernels costed' if self.compiled else ', eager aten ops costed'}); "
+            f"{(', compiled: element-wise ops fused' if self.mode == 'full' else ', torch.compile: Inductor fused kernels costed') if self.compiled else ', eager aten ops costed'}); "
             f"ranks = tp x pp x dp x cp = {self.plan.world}, laid out tp innermost",
             "matmuls, attention, norms and softmax: the engine model of the shipped NKI kernels at each op's shape "
             "(torch_neuronx.estimate._kernels.kernel_time), split evenly over the physical cores of a logical core "

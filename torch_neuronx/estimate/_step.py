@@ -75,6 +75,7 @@ class Capture:
     assumptions: list[str] = field(default_factory=list)
     pp_boundary_bytes: int = 0  # activation sent between pipeline stages per micro-batch
     param_count: int = 0  # parameters of the whole model
+    fused: bool = False  # full-size compiled: runs of element-wise ops cost as fused kernels (_model._fuse)
 
 
 # ---- the step -------------------------------------------------------------------------------------

@@ -42,11 +42,24 @@ def matmul_kernel(a, b):
             nisa.dma_copy(dst=b_t[0:k, kt, 0:n], src=b[kt * P:kt * P + k, n0:n0 + n])
         return b_t
 
+    # NeuronCore-v2 has no DMA transpose (a strided load would move one element per descriptor): there
+    # a.T is made on TensorE from row-major tiles, as AWS's compiler does; v3+ transposes while loading.
+    dma_transpose = nisa.get_nc_version() >= nisa.nc_version.gen3
+
     def load_a(m0, m):
         a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
+        if dma_transpose:
+            for kt in range(n_k):
+                k = min(P, K - kt * P)
+                nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
+            return a_t
+        rows = nl.ndarray((m, K), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=a[m0:m0 + m, 0:K])
         for kt in range(n_k):
             k = min(P, K - kt * P)
-            nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
+            t = nl.ndarray((k, m), dtype=a.dtype, buffer=nl.psum)
+            nisa.nc_transpose(dst=t, data=rows[0:m, kt * P:kt * P + k])
+            nisa.tensor_copy(dst=a_t[0:k, kt, 0:m], src=t)
         return a_t
 
     def block(a_t, b_t, m0, m, n0, n):
@@ -130,7 +143,14 @@ def _load_t(src, rows, dtype, name=""):
     """HBM rows [n, D] -> SBUF [D, n] (the contraction dimension on partitions)."""
     n, d = rows
     t = nl.ndarray((d, n), dtype=dtype, buffer=nl.sbuf, name=name)
-    nisa.dma_copy(dst=t, src=src.permute((1, 0)))
+    if nisa.get_nc_version() >= nisa.nc_version.gen3:
+        nisa.dma_copy(dst=t, src=src.permute((1, 0)))
+        return t
+    # NeuronCore-v2: no DMA transpose; rows in, transposed on TensorE (as in matmul_kernel's load_a).
+    r = _load(src, (n, d), dtype)
+    p = nl.ndarray((d, n), dtype=dtype, buffer=nl.psum)
+    nisa.nc_transpose(dst=p, data=r)
+    nisa.tensor_copy(dst=t, src=p)
     return t
 
 
