@@ -30,7 +30,9 @@ def main() -> None:
                      if m.name in job["metrics"]}
         print("RESULT " + json.dumps({"model": job["model"], "platform": current_platform.device_type,
                                       "tokens": [list(o.outputs[0].token_ids) for o in outs],
-                                      "metrics": stats}), flush=True)
+                                      "metrics": stats,
+                                      "num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks}),
+              flush=True)
         del llm, outs
         gc.collect()
         cleanup_dist_env_and_memory()

@@ -3,7 +3,7 @@ Transformers' ``generate`` on CPU for the same tiny checkpoints of each served f
 Qwen3, Qwen3-MoE, Gemma 3 with its sliding window, GPT-OSS with sinks, YaRN and MoE), for a batch of
 prompts of mixed lengths under chunked prefill; requests preempted when KV blocks run out are
 resumed with the same tokens; tensor parallel 2 over two ``neuron`` processes gives the same
-tokens. One vLLM process runs all engines (importing vLLM is most of the start-up)."""
+tokens; without an explicit size the KV cache gets its share of the device's capacity. One vLLM process runs all engines (importing vLLM is most of the start-up)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ ENGINE = {"dtype": "float32", "max_model_len": 128, "max_num_seqs": 8, "kv_cache
 PREEMPT_PROMPTS = [list(range(20 + 3 * i, 44 + 3 * i)) for i in range(8)]
 PREEMPT_MAX_TOKENS = [40] * 8
 LLAMA_BLOCK_BYTES = 2 * 16 * 2 * 2 * 16 * 4  # layers x slots x kv heads x (k, v) x head dim x fp32
+# the KV cache sized by profiling: gpu_memory_utilization of the device's capacity minus the peak use
+DEVICE_MIB, KV_FRACTION = 512, 0.25
 
 
 def _job(model, prompts, max_tokens, **engine):
@@ -41,8 +43,10 @@ def runs(tmp_path_factory):
     jobs.append(_job(models["llama"], PREEMPT_PROMPTS, PREEMPT_MAX_TOKENS, kv_cache_memory_bytes=12 * LLAMA_BLOCK_BYTES,
                      max_num_batched_tokens=256, disable_log_stats=False))
     jobs.append(_job(models["llama"], PROMPTS, MAX_TOKENS, tensor_parallel_size=2))
+    jobs.append(_job(models["llama"], PROMPTS, MAX_TOKENS, kv_cache_memory_bytes=None,
+                     gpu_memory_utilization=KV_FRACTION))
     before = shm_entries()
-    results = run_offline(jobs, tmp)
+    results = run_offline(jobs, tmp, NEURON_DEVICE_MEMORY=f"{DEVICE_MIB}MiB")
     leaked = remove_leaked(before)
     return models, results, leaked
 
@@ -67,3 +71,12 @@ def test_tensor_parallel_2_equals_tensor_parallel_1(runs):
     tp2, tp1 = results[len(FAMILIES) + 1], results[0]
     assert tp2["tokens"] == tp1["tokens"]
     assert leaked == [], f"shared-memory segments left behind: {leaked}"
+
+
+def test_kv_cache_is_sized_from_the_device_memory_statistics(runs):
+    models, results, _ = runs
+    got = results[-1]
+    assert got["tokens"] == results[0]["tokens"]
+    budget = KV_FRACTION * DEVICE_MIB * 2**20
+    # all of the budget but the profile run's peak (weights and activations of a tiny model)
+    assert 0.95 * budget <= got["num_gpu_blocks"] * LLAMA_BLOCK_BYTES <= budget

@@ -128,8 +128,9 @@ class NeuronWorker(Worker):
     def determine_available_memory(self) -> int:
         """Bytes for the KV cache: a profile run at the largest batch measures the peak of this
         device's allocator; the cache gets ``gpu_memory_utilization`` of the device's capacity
-        minus that peak. The simulated device's memory is host memory, so the result is also
-        capped at the same fraction of what the host has available."""
+        minus that peak. The simulated device's memory is host memory (shared with the other
+        workers and programs of the host), so the cache is also capped at half of what the host
+        has available."""
         torch.neuron.reset_peak_memory_stats(self.device)
         self.model_runner.profile_run()
         torch.neuron.synchronize(self.device)
@@ -142,14 +143,14 @@ class NeuronWorker(Worker):
         util = self.cache_config.gpu_memory_utilization
         total = torch.neuron.get_device_properties(self.device).total_memory
         by_device = int(total * util) - peak
-        by_host = int(psutil.virtual_memory().available * util) - (peak - current)
+        by_host = psutil.virtual_memory().available // 2 - (peak - current)
         available = min(by_device, by_host)
         if available <= 0:
             raise ValueError(
                 f"no memory left for the KV cache on {self.device}: peak use {format_gib(peak)} GiB of "
                 f"{format_gib(total)} GiB at gpu_memory_utilization={util}; raise "
                 "--gpu-memory-utilization or set --kv-cache-memory-bytes")
-        logger.info("KV cache: %s GiB (device %s GiB x %.2f, host-available cap, peak use %s GiB)",
+        logger.info("KV cache: %s GiB (device %s GiB x %.2f, at most half the host's free memory, peak use %s GiB)",
                     format_gib(available), format_gib(total), util, format_gib(peak))
         return available
 
