@@ -12,7 +12,24 @@ import json
 import sys
 
 
+BACKEND_CALLS = []
+
+
+def _count_neuron_backend_calls() -> None:
+    """Graphs handed to torch.compile's "neuron" backend (looked up by name when vLLM compiles)."""
+    from torch_neuronx.compile import _backend
+
+    original = _backend.neuron_backend
+
+    def counting(gm, example_inputs, *args, **kwargs):
+        BACKEND_CALLS.append(len(gm.graph.nodes))
+        return original(gm, example_inputs, *args, **kwargs)
+
+    _backend.neuron_backend = counting
+
+
 def main() -> None:
+    _count_neuron_backend_calls()
     from vllm import LLM, SamplingParams
     from vllm.distributed import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
@@ -31,7 +48,8 @@ def main() -> None:
         print("RESULT " + json.dumps({"model": job["model"], "platform": current_platform.device_type,
                                       "tokens": [list(o.outputs[0].token_ids) for o in outs],
                                       "metrics": stats,
-                                      "num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks}),
+                                      "num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks,
+                                      "neuron_backend_calls": len(BACKEND_CALLS)}),
               flush=True)
         del llm, outs
         gc.collect()

@@ -58,7 +58,8 @@ def run_offline(jobs: list[dict], tmp: Path, timeout: float = 900, **env: str) -
     spec = tmp / "jobs.json"
     spec.write_text(json.dumps(jobs))
     proc = subprocess.run([sys.executable, str(HERE / "_offline_generate.py"), str(spec)],
-                          env=serve_env(VLLM_ENABLE_V1_MULTIPROCESSING="0", **env),
+                          env=serve_env(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CACHE_ROOT=str(tmp / "vllm-cache"),
+                                        **env),
                           capture_output=True, text=True, timeout=timeout, cwd=tmp)
     results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or len(results) != len(jobs):

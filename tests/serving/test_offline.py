@@ -3,7 +3,8 @@ Transformers' ``generate`` on CPU for the same tiny checkpoints of each served f
 Qwen3, Qwen3-MoE, Gemma 3 with its sliding window, GPT-OSS with sinks, YaRN and MoE), for a batch of
 prompts of mixed lengths under chunked prefill; requests preempted when KV blocks run out are
 resumed with the same tokens; tensor parallel 2 over two ``neuron`` processes gives the same
-tokens; without an explicit size the KV cache gets its share of the device's capacity. One vLLM process runs all engines (importing vLLM is most of the start-up)."""
+tokens; compiled once through torch.compile's ``neuron`` backend (vLLM's DYNAMO_TRACE_ONCE mode)
+gives the same tokens; without an explicit size the KV cache gets its share of the device's capacity. One vLLM process runs all engines (importing vLLM is most of the start-up)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def runs(tmp_path_factory):
     jobs.append(_job(models["llama"], PREEMPT_PROMPTS, PREEMPT_MAX_TOKENS, kv_cache_memory_bytes=12 * LLAMA_BLOCK_BYTES,
                      max_num_batched_tokens=256, disable_log_stats=False))
     jobs.append(_job(models["llama"], PROMPTS, MAX_TOKENS, tensor_parallel_size=2))
+    jobs.append(_job(models["llama"], PROMPTS, MAX_TOKENS, compilation_config={"mode": 2}))
     jobs.append(_job(models["llama"], PROMPTS, MAX_TOKENS, kv_cache_memory_bytes=None,
                      gpu_memory_utilization=KV_FRACTION))
     before = shm_entries()
@@ -80,3 +82,11 @@ def test_kv_cache_is_sized_from_the_device_memory_statistics(runs):
     budget = KV_FRACTION * DEVICE_MIB * 2**20
     # all of the budget but the profile run's peak (weights and activations of a tiny model)
     assert 0.95 * budget <= got["num_gpu_blocks"] * LLAMA_BLOCK_BYTES <= budget
+
+
+def test_compiled_with_the_neuron_backend_equals_eager(runs):
+    _, results, _ = runs
+    compiled = results[len(FAMILIES) + 2]
+    assert compiled["tokens"] == results[0]["tokens"]
+    # vLLM traced the model once (DYNAMO_TRACE_ONCE) and torch.compile's neuron backend compiled it
+    assert compiled["neuron_backend_calls"] - results[len(FAMILIES) + 1]["neuron_backend_calls"] >= 1

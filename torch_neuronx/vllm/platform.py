@@ -155,17 +155,24 @@ class NeuronPlatform(Platform):
         # Execution is synchronous on the simulator: nothing to overlap the scheduler with.
         vllm_config.scheduler_config.async_scheduling = False
 
-        # Eager for now: vLLM's piecewise compilation and graph capture are not wired to the
-        # neuron torch.compile backend yet (docs/serving.md, limits).
+        # vLLM's piecewise compilation (VLLM_COMPILE, its default) and graph capture are not wired
+        # to the neuron backend yet: that default runs eagerly. DYNAMO_TRACE_ONCE (mode 2, asked
+        # for explicitly) traces the model once and compiles it with torch.compile's "neuron"
+        # backend, attention staying one opaque op.
         compilation_config = vllm_config.compilation_config
-        if compilation_config.mode != CompilationMode.NONE:
-            logger.info("neuron runs vLLM models eagerly (compilation mode %s -> NONE)",
-                        compilation_config.mode)
-        compilation_config.mode = CompilationMode.NONE
+        model_config = vllm_config.model_config
+        if compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE and not (
+                model_config is not None and model_config.enforce_eager):
+            compilation_config.backend = "neuron"
+        else:
+            if compilation_config.mode != CompilationMode.NONE:
+                logger.info("neuron runs vLLM models eagerly (compilation mode %s -> NONE; mode 2, "
+                            "DYNAMO_TRACE_ONCE, compiles with the neuron backend)", compilation_config.mode)
+            compilation_config.mode = CompilationMode.NONE
+            if model_config is not None:
+                model_config.enforce_eager = True
         compilation_config.cudagraph_mode = CUDAGraphMode.NONE
         compilation_config.cudagraph_capture_sizes = []
-        if vllm_config.model_config is not None:
-            vllm_config.model_config.enforce_eager = True
 
         # The device is initialised in each worker; a forked child would inherit a runtime
         # that belongs to its parent.
