@@ -8,6 +8,7 @@ sizes the KV cache from ``torch.neuron`` memory statistics and joins the paralle
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 
@@ -44,6 +45,16 @@ def _cuda_names_on_neuron():
     finally:
         for n, v in saved.items():
             setattr(torch.cuda, n, v)
+
+
+def _release_parallel_groups() -> None:
+    from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
+
+    try:
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:  # noqa: BLE001 - exiting anyway; a broken group must not mask the exit status
+        pass
 
 
 class NeuronModelRunner(GPUModelRunner):
@@ -106,6 +117,10 @@ class NeuronWorker(Worker):
         init_worker_distributed_environment(
             self.vllm_config, self.rank, self.distributed_init_method, self.local_rank,
             current_platform.dist_backend)
+        # torch_neuronx destroys the default process group at exit; vLLM's own clean-up (an exit
+        # finalizer of the engine) would then destroy its subgroups after their world is gone and
+        # fail. Registered later, this runs first and lets vLLM release its groups in order.
+        atexit.register(_release_parallel_groups)
         set_random_seed(self.model_config.seed)
         gc.collect()
         torch.neuron.empty_cache()
