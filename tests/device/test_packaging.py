@@ -210,6 +210,9 @@ def test_package_imports_only_declared_dependencies_at_module_level():
     allowed |= {re.match(r"[A-Za-z0-9_.-]+", d).group(0).replace("-", "_") for d in project["dependencies"]}
     undeclared = []
     for path in _package_files("torch_neuronx") + _package_files("nki"):
+        # the vLLM platform plugin's modules subclass vLLM's classes; only vLLM imports them (its
+        # entry point names torch_neuronx.vllm, whose __init__ imports no vLLM)
+        plugin = path.parent.name == "vllm" and path.parent.parent.name == "torch_neuronx" and path.name != "__init__.py"
         for stmt in ast.parse(path.read_text(), str(path)).body:
             # what runs at import: module-level statements, and the bodies of module-level if/try
             for node in ast.walk(stmt) if isinstance(stmt, (ast.If, ast.Try)) else (stmt,):
@@ -219,5 +222,6 @@ def test_package_imports_only_declared_dependencies_at_module_level():
                     names = [node.module]
                 else:
                     continue
-                undeclared += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] not in allowed]
+                undeclared += [f"{path.name}:{node.lineno} {n}" for n in names
+                               if n.split(".")[0] not in allowed and not (plugin and n.split(".")[0] == "vllm")]
     assert not undeclared, f"module-level imports of packages torch-neuronx does not depend on: {undeclared}"

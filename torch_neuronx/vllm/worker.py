@@ -12,7 +12,6 @@ import atexit
 import contextlib
 import gc
 
-import psutil
 import torch
 
 import torch_neuronx  # noqa: F401  (registers the device)
@@ -153,6 +152,8 @@ class NeuronWorker(Worker):
         if explicit:
             logger.info("KV cache: %s GiB (kv_cache_memory_bytes)", format_gib(explicit))
             return int(explicit)
+        import psutil  # a vLLM dependency
+
         peak = torch.neuron.max_memory_allocated(self.device)
         current = torch.neuron.memory_allocated(self.device)
         util = self.cache_config.gpu_memory_utilization
