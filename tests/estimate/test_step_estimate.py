@@ -85,16 +85,19 @@ def test_record_on_neuron_and_full_size_on_fake_tensors_capture_the_same_step():
 
 
 def test_tensor_parallel_collective_volumes():
-    # HF's plan: a vocab-parallel embedding, q/k/v/gate/up column-parallel, o/down row-parallel, the
-    # head column-parallel with its logits gathered. Forward: an all-reduce of the embedding's output,
-    # after o and after down in each layer, an all-gather of the logits. Backward: the input gradient
-    # of each of the 5 column-parallel projections and of the head is all-reduced.
+    # HF's plan without sequence parallelism: a vocab-parallel embedding, q/k/v/gate/up column-parallel,
+    # o/down row-parallel, the head column-parallel with its logits left sharded over the vocabulary
+    # (vocab-parallel loss). Forward: an all-reduce of the embedding's output, after o and after down
+    # in each layer, and the loss's three (max, sum of exponentials, target logit: one fp32 value per
+    # token). Backward: the input gradient of each of the 5 column-parallel projections and of the head
+    # is all-reduced. The full-vocabulary logits are never gathered.
     batch, tp = 4, 2
-    cap = capture(config(), task="train", batch=batch, seq=SEQ, plan=Plan(tp=tp))
+    cap = capture(config(), task="train", batch=batch, seq=SEQ, plan=Plan(tp=tp, sp=False))
+    assert cap.sp is False
     act = SEQ * H * BF16  # one micro-batch (1 sequence) of hidden states
-    assert collective_bytes(cap, "all_reduce", "forward") == batch * (2 * L + 1) * act
+    assert collective_bytes(cap, "all_reduce", "forward") == batch * ((2 * L + 1) * act + 3 * SEQ * 4)
     assert collective_bytes(cap, "all_reduce", "backward") == batch * (5 * L + 1) * act
-    assert collective_bytes(cap, "all_gather", "forward") == batch * SEQ * V * BF16
+    assert collective_bytes(cap, "all_gather", "forward") == 0
     groups = {op.group for op in cap.ops if op.collective}
     assert groups == {(0, 1)}
 

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{d}", type=int, default=1, metavar="N", help=f"{h} degree (default 1)")
     p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over dp "
                    "(FSDP2); without it dp is DDP")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism with --tp: norms and element-wise work on seq/tp tokens, all-gather + "
+                        "reduce-scatter around each tensor-parallel block (default: on for train and prefill when the "
+                        "model's plan allows it; decode never)")
     p.add_argument("--recompute", action="store_true", help="activation checkpointing of every decoder layer "
                    "(the backward recomputes the layer's forward)")
     p.add_argument("--platform", default="trn2,trn3", metavar="LIST",
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             model, inputs, name, _ = load_target(a.target, a.batch if a.task != "train" else None, a.seq)
         est = estimate(model, inputs, task=a.task, batch=a.batch, micro_batch=a.micro_batch, seq=a.seq,
                        new_tokens=a.new_tokens, dtype=a.dtype, tp=a.tp, pp=a.pp, dp=a.dp, cp=a.cp, ep=a.ep,
-                       fsdp=a.fsdp, recompute=a.recompute, platforms=platforms, instances=a.instances, compile=a.compile, mode=mode,
+                       fsdp=a.fsdp, recompute=a.recompute, sp=a.sp, platforms=platforms, instances=a.instances, compile=a.compile, mode=mode,
                        prices=a.prices, progress=not a.no_progress, name=name)
         print(est)
         if a.json:

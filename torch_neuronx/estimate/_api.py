@@ -13,7 +13,8 @@ import torch
 from torch_neuronx.estimate import _facts, _prices
 from torch_neuronx.estimate._capture import Op, StepRecorder
 from torch_neuronx.estimate._errors import EstimateError
-from torch_neuronx.estimate._step import (DTYPES, TASKS, Capture, Plan, apply_fsdp, apply_recompute, apply_tp, build_hf, check_plan,
+from torch_neuronx.estimate._step import (DTYPES, TASKS, Capture, NoSequenceParallel, Plan, apply_fsdp, apply_recompute,
+                                          apply_tp, build_hf, check_plan,
                                           decoder_layers, fake_inputs, fake_world, hf_tp_plan, run_step,
                                           text_config, to_fake, token_inputs, total_params)
 
@@ -218,6 +219,8 @@ def capture(model: Any, inputs: Any = None, *, task: str = "train", batch: int |
             raise EstimateError(f"--{name} must be a positive integer, not {v!r}")
     if plan.fsdp and plan.dp == 1:
         raise EstimateError("--fsdp shards over the data-parallel ranks: give --dp > 1")
+    if plan.sp and plan.tp == 1:
+        raise EstimateError("--sp shards the sequence over the tensor-parallel ranks: give --tp > 1")
     bar = _Bar(progress)
     assumptions: list[str] = []
     torch_dtype = DTYPES[dtype]
@@ -284,36 +287,58 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
     local_seq = seq // plan.cp if task in ("train", "prefill") else seq
     grad_bytes = 0
 
-    def make(phase_task, ctx_len, q_len):
+    def make(phase_task, ctx_len, q_len, sp):
         def build(fake_mode, device, mesh, n_layers):
             model = build_hf(config, n_layers if n_layers is not None else layers, plan, torch_dtype, fake_mode)
             if mode == "record":
                 model.to(device)
             if mesh is not None and plan.tp > 1:
-                apply_tp(model, mesh["tp"], hf_tp_plan(model))
+                apply_tp(model, mesh["tp"], hf_tp_plan(model), sp=sp, vocab_parallel_loss=phase_task == "train")
             if plan.recompute and phase_task == "train":
                 apply_recompute(model)
             if mesh is not None and plan.fsdp:
                 apply_fsdp(model, mesh["dp"])
             with fake_mode if fake_mode is not None else contextlib.nullcontext():
                 ins = token_inputs(vocab, per_rank, ctx_len, device, labels=phase_task == "train")
+            # Inference computes the logits of the last position only (what generate and vLLM ask for,
+            # and what on-device sampling reads), not of the whole prompt.
+            last = {"logits_to_keep": 1} if phase_task != "train" and _takes(model, "logits_to_keep") else {}
+            ins.update(last)
             decode_inputs = None
             if phase_task == "decode":
                 def decode_inputs(out, _ins=ins):
                     ids = _ins["input_ids"][:, -q_len:]
-                    return {"input_ids": ids, "past_key_values": out.past_key_values, "use_cache": True}
+                    return {"input_ids": ids, "past_key_values": out.past_key_values, "use_cache": True, **last}
             return model, ins, decode_inputs
         return build
 
     def trace(phase_task, ctx_len, q_len=1):
-        traces = []
-        for n in traced:
-            bar.stage(f"{phase_task} with {n if n is not None else 'all'} layer(s)")
-            b = make(phase_task, ctx_len, q_len)
-            tr = _trace_one(lambda fm, dev, mesh, n=n: b(fm, dev, mesh, n), phase_task, mode, compile_, bar, plan)
-            traces.append(tr)
+        sp = _use_sp(plan, phase_task)
+        while True:
+            try:
+                traces = []
+                for n in traced:
+                    bar.stage(f"{phase_task} with {n if n is not None else 'all'} layer(s)")
+                    b = make(phase_task, ctx_len, q_len, sp)
+                    tr = _trace_one(lambda fm, dev, mesh, n=n, b=b: b(fm, dev, mesh, n), phase_task, mode, compile_,
+                                    bar, plan)
+                    traces.append(tr)
+                break
+            except Exception as e:  # noqa: BLE001 - sequence parallelism by default only where it traces
+                if isinstance(e, NoSequenceParallel) and plan.sp:
+                    raise EstimateError(f"--sp: {e}; run without --sp (tensor parallelism alone)") from e
+                if not sp or plan.sp is not None:
+                    raise
+                why = str(e) if isinstance(e, NoSequenceParallel) else \
+                    f"the step failed to trace with it ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
+                sp_notes.append(f"sequence parallelism not applied to {phase_task}: {why}")
+                sp = False
+        if phase_task in ("train", "prefill"):
+            sp_used.append(sp)
         return _combine(traces, stage_layers)
 
+    sp_notes: list[str] = []
+    sp_used: list[bool] = []
     if task in ("train", "prefill"):
         ops, peak, static, largest, boundary, params, per_layer = trace(task, local_seq)
         if task == "train" and plan.pp > 1:
@@ -357,9 +382,48 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
     if plan.cp > 1:
         assumptions.append("context parallel: each rank holds seq/cp tokens; ring attention exchanges K/V over the cp "
                            "group, overlapping attention compute")
+    sp = any(sp_used)
+    assumptions += sp_notes + _sp_assumptions(plan, task, sp, last_token=True)
     return Capture(ops=ops, peak_bytes=peak, static_bytes=static, largest=largest, tokens=tokens,
                    micro_steps=micro_steps, layers=layers, stage_layers=stage_layers, assumptions=assumptions,
-                   pp_boundary_bytes=boundary, param_count=total_params(config) or 0)
+                   pp_boundary_bytes=boundary, param_count=total_params(config) or 0, sp=sp)
+
+
+def _use_sp(plan: Plan, phase_task: str) -> bool:
+    """Sequence parallelism for one traced phase: only with tp > 1, and never for decode (one token
+    per sequence has no sequence to split; NeuronX Distributed uses it for context encoding only)."""
+    if plan.tp == 1 or phase_task == "decode":
+        return False
+    return plan.sp is not False
+
+
+def _sp_assumptions(plan: Plan, task: str, sp: bool, last_token: bool) -> list[str]:
+    notes = []
+    if sp:
+        notes.append("sequence parallelism (tp > 1): norms, residual adds and element-wise work between the "
+                     "tensor-parallel blocks run on seq/tp tokens per rank; each block all-gathers its input over the "
+                     "sequence and reduce-scatters its output (instead of one all-reduce), as NeuronX Distributed "
+                     "and TorchTitan run TP" + ("; decode steps run without it" if task == "generate" else ""))
+    elif plan.tp > 1 and task != "decode":
+        notes.append("no sequence parallelism: every tensor-parallel rank runs norms and element-wise work on the "
+                     "whole sequence")
+    if plan.tp > 1 and task == "train":
+        notes.append("vocabulary-parallel loss (tp > 1): the head's logits stay sharded over the vocabulary and the "
+                     "cross-entropy runs on each rank's shard (torch's loss_parallel, as NeuronX Distributed's "
+                     "parallel cross-entropy): no gathered full-vocabulary logits")
+    if task != "train" and last_token:
+        notes.append("inference computes the logits of the last position only (logits_to_keep=1, as generate, vLLM "
+                     "and on-device sampling do)")
+    return notes
+
+
+def _takes(model, arg: str) -> bool:
+    import inspect
+
+    try:
+        return arg in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile_, bar, assumptions) -> Capture:
@@ -388,7 +452,7 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
         micro_steps = batch // per
     n_params = sum(_local(p).numel() for p in model.parameters())
 
-    def build(fake_mode, device, mesh):
+    def build(fake_mode, device, mesh, sp):
         m = model
         if fake_mode is not None:
             m = to_fake(model, fake_mode)
@@ -399,7 +463,7 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
 
             ins = to_device(inputs, torch.device(device))
         if mesh is not None and plan.tp > 1:
-            apply_tp(m, mesh["tp"], hf_tp_plan(m))
+            apply_tp(m, mesh["tp"], hf_tp_plan(m), sp=sp, vocab_parallel_loss=task == "train")
         if plan.recompute and task == "train":
             apply_recompute(m)
         if mesh is not None and plan.fsdp:
@@ -407,7 +471,21 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
         return m, ins, None
 
     bar.stage(task)
-    tr = _trace_one(build, task, mode, compile_, bar, plan)
+    sp = _use_sp(plan, task)
+    try:
+        tr = _trace_one(lambda fm, dev, mesh: build(fm, dev, mesh, sp), task, mode, compile_, bar, plan)
+    except Exception as e:  # noqa: BLE001 - sequence parallelism by default only where it traces
+        if isinstance(e, NoSequenceParallel) and plan.sp:
+            raise EstimateError(f"--sp: {e}; run without --sp (tensor parallelism alone)") from e
+        # A failed trace in record mode has already parallelized the caller's model: no second try.
+        if not sp or plan.sp is not None or not (isinstance(e, NoSequenceParallel) or mode == "full"):
+            raise
+        why = str(e) if isinstance(e, NoSequenceParallel) else \
+            f"the step failed to trace with it ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
+        assumptions.append(f"sequence parallelism not applied to {task}: {why}")
+        sp = False
+        tr = _trace_one(lambda fm, dev, mesh: build(fm, dev, mesh, sp), task, mode, compile_, bar, plan)
+    assumptions += _sp_assumptions(plan, task, sp, last_token=False)
     ops = tr["ops"]
     if task == "train":
         for op in ops:
@@ -417,13 +495,13 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
     tokens = per_pass * micro_steps * plan.dp
     return Capture(ops=ops, peak_bytes=tr["peak"], static_bytes=tr["static"],
                    largest=sorted(tr["largest"], key=lambda x: -x[1]), tokens=tokens, micro_steps=micro_steps,
-                   layers=None, stage_layers=None, assumptions=assumptions, param_count=n_params)
+                   layers=None, stage_layers=None, assumptions=assumptions, param_count=n_params, sp=sp)
 
 
 def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int | None = None, micro_batch: int = 1,
              seq: int | None = None, new_tokens: int | None = None, dtype: str = "bf16", tp: int = 1, pp: int = 1,
              dp: int = 1, cp: int = 1, ep: int = 1, fsdp: bool = False, recompute: bool = False,
-             platforms="trn2,trn3",
+             sp: bool | None = None, platforms="trn2,trn3",
              instances: int | None = None, compile: bool = False, mode: str = "full", prices: str | None = None,
              progress: bool = False, name: str | None = None):
     """Estimated step time, tokens/s, MFU, memory and $ per 1M tokens of one training or inference step
@@ -434,6 +512,8 @@ def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int 
     dict of keyword arguments), or a Hugging Face config (inputs are made from ``batch``/``seq``).
     ``mode="full"``: fake tensors, the model at its real size costs no memory; ``"record"``: the step runs
     on ``neuron`` at the size given; ``compile=True`` (record mode) costs Inductor's fused kernels.
+    ``sp``: sequence parallelism with tp > 1 (None: on for train and prefill where the model's
+    tensor-parallel plan allows it, as NeuronX Distributed and TorchTitan run TP; decode never).
     ``platforms``: "trn2,trn3" (also trn1, and h100/h200 as GPU comparators of a simpler model).
     Bad input raises ``EstimateError`` (a ValueError) naming the fix; a model that does not fit is
     reported (``fits`` False), not raised.
@@ -443,7 +523,7 @@ def estimate(model: Any, inputs: Any = None, *, task: str = "train", batch: int 
 
     names = _facts.parse_platforms(platforms)
     price_table = _prices.load(prices)
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, fsdp=fsdp, recompute=recompute)
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, fsdp=fsdp, recompute=recompute, sp=sp)
     for n in names:  # unknown or unbuildable platforms fail before the (long) trace
         from torch_neuronx.estimate._costs import target
 

@@ -106,6 +106,31 @@ def _comm_bytes(kind: str, ns: str, ins: list[torch.Tensor], outs: list[torch.Te
     return sum(sizes)
 
 
+def _dtensor_meta_unrecorded(rec: "StepRecorder"):
+    """While ``rec`` records, DTensor's sharding propagation (the op run once on global-shaped fake
+    tensors to learn its output's shape; cached, so it runs on the first occurrence only) is paused:
+    it is no work of the step. Returns the function that undoes this."""
+    if _DTensor is None:
+        return lambda: None
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    orig = ShardingPropagator.__dict__["_propagate_tensor_meta_non_cached"]
+
+    def propagate(self, op_schema):
+        rec.paused += 1
+        try:
+            return orig(self, op_schema)
+        finally:
+            rec.paused -= 1
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+
+    def undo():
+        ShardingPropagator._propagate_tensor_meta_non_cached = orig
+
+    return undo
+
+
 class StepRecorder(TorchDispatchMode):
     """Records every op dispatched while active, and the live bytes of the storages ops create."""
 
@@ -149,10 +174,12 @@ class StepRecorder(TorchDispatchMode):
 
     def __enter__(self):
         self.recording = True
+        self._unpatch = _dtensor_meta_unrecorded(self)
         return super().__enter__()
 
     def __exit__(self, *exc):
         self.recording = False
+        self._unpatch()
         return super().__exit__(*exc)
 
     def _free(self, n: int) -> None:
@@ -160,6 +187,12 @@ class StepRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _DTensor is not None and not self.paused and any(isinstance(a, _DTensor)
+                                                              for a in tree_leaves((args, kwargs))):
+            # DTensor runs the op itself, with this mode still active: its redistributions (the implicit
+            # all-gathers / reduce-scatters sharding propagation inserts) and the local op at the shard
+            # shapes one rank computes on are then recorded as what they are.
+            return NotImplemented
         out = func(*args, **kwargs)
         if self.paused:
             return out
@@ -188,7 +221,9 @@ class StepRecorder(TorchDispatchMode):
                 if arg.name in ("is_causal", "scale") and i < len(args):
                     op.args[arg.name] = args[i]
         self.ops.append(op)
-        if not func._schema.is_mutable:  # in-place and out= ops write storages that already exist
+        # In-place and out= ops write storages that already exist; views (a weight's transpose in every
+        # linear layer) share their input's.
+        if not func._schema.is_mutable and not any(r.alias_info is not None for r in func._schema.returns):
             for t in outs:
                 self._track(t, name)
         if self._progress is not None:

@@ -86,7 +86,7 @@ class Estimate:
         return {
             "model": self.model, "task": self.task, "mode": self.mode, "compiled": self.compiled, "dtype": self.dtype,
             "plan": {"tp": self.plan.tp, "pp": self.plan.pp, "dp": self.plan.dp, "cp": self.plan.cp,
-                     "ep": self.plan.ep, "fsdp": self.plan.fsdp, "ranks": self.plan.world},
+                     "ep": self.plan.ep, "fsdp": self.plan.fsdp, "sp": self.capture.sp, "ranks": self.plan.world},
             "settings": dict(self.settings), "tokens_per_step": self.capture.tokens,
             "parameters": self.capture.param_count, "micro_batches_per_step": self.capture.micro_steps,
             "platforms": {n: r.to_json() for n, r in self.results.items()},
@@ -114,8 +114,8 @@ class Estimate:
     def __str__(self) -> str:
         p = self.plan
         lines = [f"torch_neuronx.estimate: {self.model}",
-                 f"  task {self.task}, dtype {self.dtype}, tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp}"
-                 f"{' (FSDP2)' if p.fsdp else ''}{f', ep {p.ep}' if p.ep > 1 else ''} = {p.world} ranks; "
+                 f"  task {self.task}, dtype {self.dtype}, tp {p.tp}{' (sequence parallel)' if self.capture.sp else ''}"
+                 f" x pp {p.pp} x dp {p.dp} x cp {p.cp}{' (FSDP2)' if p.fsdp else ''}{f', ep {p.ep}' if p.ep > 1 else ''} = {p.world} ranks; "
                  f"{_fmt_n(self.capture.tokens)} tokens per step"
                  + (f", {self.capture.micro_steps} micro-batches per step" if self.capture.micro_steps > 1 else ""),
                  ""]

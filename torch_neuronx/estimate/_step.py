@@ -37,6 +37,9 @@ class Plan:
     ep: int = 1
     fsdp: bool = False
     recompute: bool = False  # activation checkpointing of every decoder layer
+    # Sequence parallelism with tp: None = on for train/prefill when the model's plan allows it (as
+    # NeuronX Distributed and TorchTitan run TP), off otherwise; True requires it; False never.
+    sp: bool | None = None
 
     @property
     def world(self) -> int:
@@ -76,6 +79,7 @@ class Capture:
     pp_boundary_bytes: int = 0  # activation sent between pipeline stages per micro-batch
     param_count: int = 0  # parameters of the whole model
     fused: bool = False  # full-size compiled: runs of element-wise ops cost as fused kernels (_model._fuse)
+    sp: bool = False  # sequence parallelism applied (the step that defines the cost; decode never)
 
 
 # ---- the step -------------------------------------------------------------------------------------
@@ -113,7 +117,7 @@ def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callabl
     if task == "train":
         opt = torch.optim.AdamW(_param_groups(model), lr=1e-4, foreach=True)
         model.train()
-        with model_ctx:
+        with model_ctx, _loss_ctx(model):
             rec.phase = "forward"
             loss = _loss(_call(model, inputs))
             rec.forward_live = rec.live  # activations the backward needs
@@ -138,6 +142,16 @@ def run_step(model, inputs, task: str, rec: StepRecorder, decode_inputs: Callabl
         with model_ctx:
             rec.phase = "decode"
             _call(model, step_inputs)
+
+
+def _loss_ctx(model):
+    """torch's ``loss_parallel`` when the head's logits are sharded over the vocabulary (apply_tp): the
+    cross-entropy of forward and backward runs on each rank's vocabulary shard."""
+    if not getattr(model, "_estimate_loss_parallel", False):
+        return contextlib.nullcontext()
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
 
 
 @contextlib.contextmanager
@@ -214,10 +228,18 @@ def hf_tp_plan(model) -> dict[str, str]:
     return plan
 
 
-def apply_tp(model, mesh, plan: dict[str, str]) -> None:
+class NoSequenceParallel(EstimateError):
+    """The model's tensor-parallel plan leaves no place for sequence parallelism (the reason says why)."""
+
+
+def apply_tp(model, mesh, plan: dict[str, str], *, sp: bool = False, vocab_parallel_loss: bool = False) -> None:
+    """Tensor parallelism of ``plan`` (Hugging Face styles, or torch's ParallelStyle objects) through
+    DTensor. ``sp``: sequence parallelism on top (``sequence_parallel_styles``; raises
+    NoSequenceParallel when the plan does not allow it). ``vocab_parallel_loss``: the head's logits
+    stay sharded over the vocabulary and the loss runs under torch's ``loss_parallel`` (run_step)."""
     import fnmatch
 
-    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     names = [n for n, _ in model.named_modules()]
@@ -252,7 +274,135 @@ def apply_tp(model, mesh, plan: dict[str, str]) -> None:
         raise EstimateError("--tp > 1 needs a tensor-parallel plan: the model has no Hugging Face tp_plan "
                             "(config.base_model_tp_plan); use a module:function entry point that applies its own "
                             "plan, or --tp 1")
+    head = _module_name(model, _get(model, "get_output_embeddings"))
+    loss_parallel = vocab_parallel_loss and isinstance(styles.get(head), ColwiseParallel)
+    if loss_parallel:
+        # The logits stay a DTensor sharded over the vocabulary: no gather, the loss is vocab-parallel.
+        styles[head] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+    if sp:
+        styles = sequence_parallel_styles(model, styles)
     parallelize_module(model, mesh, styles)
+    model._estimate_loss_parallel = loss_parallel
+
+
+def _get(model, method: str):
+    try:
+        return getattr(model, method)()
+    except (AttributeError, NotImplementedError):
+        return None
+
+
+def _module_name(model, module) -> str | None:
+    if module is None:
+        return None
+    for n, m in model.named_modules():
+        if m is module:
+            return n
+    return None
+
+
+def _is_norm(module) -> bool:
+    """A LayerNorm / RMSNorm of the hidden states: its parameters (if any) are vectors, and its class is
+    a norm (nn.LayerNorm, nn.RMSNorm or a model's own *RMSNorm / *LayerNorm). Adaptive norms with
+    projections (diffusers' AdaLayerNorm) are not."""
+    if isinstance(module, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+        return True
+    kind = type(module).__name__
+    return kind.endswith(("RMSNorm", "LayerNorm")) and all(p.dim() == 1 for p in module.parameters())
+
+
+def sequence_parallel_styles(model, styles: dict) -> dict:
+    """Sequence parallelism on top of a tensor-parallel plan, as TorchTitan's Llama plan and NeuronX
+    Distributed apply it (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+    Models"): between the tensor-parallel blocks the hidden states are sharded over the sequence, so
+    every rank runs the norms, residual adds and other element-wise work on seq/tp tokens.
+
+    - every norm of a decoder layer and the final norm: torch's ``SequenceParallel``;
+    - every other child of a decoder layer is a tensor-parallel block (column-parallel in, row-parallel
+      out): its input is all-gathered over the sequence (``GatherSequence``), its row-parallel outputs
+      are reduce-scattered to sequence shards (``RowwiseParallel(output_layouts=Shard(1))``) instead of
+      all-reduced;
+    - the embedding's output is reduce-scattered to sequence shards (vocab-parallel embedding), or
+      split (a replicated embedding); the head all-gathers its input.
+
+    The hidden states between blocks are DTensors sharded on dim 1, so the model sees their global
+    shape (positions, masks) while each op computes on the local shard. Raises NoSequenceParallel
+    naming what does not fit."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, PrepareModuleOutput,
+                                                   RowwiseParallel, SequenceParallel)
+
+    class _GatherSequence(ParallelStyle):
+        """The hidden states entering a tensor-parallel block (the first positional argument, or the
+        ``hidden_states`` keyword): sequence shards all-gathered into the replicated DTensor the block's
+        column-parallel projections take. PrepareModuleInput's job, for either calling convention
+        (Hugging Face passes attention's input by keyword, the MLP's positionally). It stays a DTensor,
+        so the projections' partial input gradients are summed as one and reduce-scattered by this
+        gather's backward, not all-reduced each."""
+
+        def _apply(self, module, device_mesh):
+            def gather(x):
+                if not isinstance(x, DTensor):
+                    x = DTensor.from_local(x, device_mesh, (Shard(1),), run_check=False)
+                return x.redistribute(placements=(Replicate(),))
+
+            def hook(_mod, args, kwargs):
+                if args and isinstance(args[0], torch.Tensor):
+                    return (gather(args[0]), *args[1:]), kwargs
+                if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+                    return args, {**kwargs, "hidden_states": gather(kwargs["hidden_states"])}
+                raise NoSequenceParallel(f"sequence parallelism: {type(_mod).__name__} gets no hidden states to "
+                                         "gather (neither a positional tensor nor hidden_states=)")
+
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+            return module
+
+    layers = decoder_layers(model)
+    if layers is None:
+        raise NoSequenceParallel("the model has no decoder layers (layers/h/blocks ModuleList)")
+    new = dict(styles)
+    for lname, layer in ((_module_name(model, ly), ly) for ly in layers):
+        for cname, child in layer.named_children():
+            full = f"{lname}.{cname}"
+            if _is_norm(child):
+                new[full] = SequenceParallel()
+                continue
+            inner = {n: s for n, s in styles.items() if n.startswith(full + ".")}
+            if not inner:
+                if any(True for _ in child.parameters()):
+                    raise NoSequenceParallel(f"{full} ({type(child).__name__}) has parameters but no tensor-parallel "
+                                             "style")
+                continue  # dropout, rotary embedding: no parameters, any layout
+            rows = [n for n, st in inner.items() if type(st) is RowwiseParallel]
+            cols = [n for n, st in inner.items() if type(st) is ColwiseParallel]
+            if not rows or not cols or len(rows) + len(cols) != len(inner):
+                raise NoSequenceParallel(f"{full} ({type(child).__name__}) is not column-parallel in and row-parallel "
+                                         "out")
+            new[full] = _GatherSequence()
+            for n in rows:
+                new[n] = RowwiseParallel(input_layouts=styles[n].input_layouts[0], output_layouts=Shard(1),
+                                         use_local_output=False)
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None) or model
+    for cname, child in base.named_children():
+        if _is_norm(child):
+            new[_module_name(model, child)] = SequenceParallel()
+    head = _module_name(model, _get(model, "get_output_embeddings"))
+    if type(styles.get(head)) is ColwiseParallel:
+        # The head all-gathers its sequence-sharded input explicitly (its backward reduce-scatters).
+        st = styles[head]
+        new[head] = ColwiseParallel(input_layouts=Shard(1), output_layouts=st.output_layouts[0],
+                                    use_local_output=st.use_local_output)
+    emb = _module_name(model, _get(model, "get_input_embeddings"))
+    if emb is None:
+        raise NoSequenceParallel("the model has no input embeddings to shard the sequence after")
+    if type(styles.get(emb)) is RowwiseParallel:
+        new[emb] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+    elif emb in styles:
+        raise NoSequenceParallel(f"{emb}: its tensor-parallel style is not a vocabulary-parallel embedding")
+    else:
+        new[emb] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1),
+                                       use_local_output=False)
+    return new
 
 
 def apply_recompute(model) -> None:
