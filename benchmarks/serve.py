@@ -96,6 +96,31 @@ def run_backend(backend: str, model: Path, args, workdir: Path) -> list[dict]:
         log.close()
 
 
+def estimated_rows(model: Path, args, platforms: str = "trn2,trn3") -> list[dict]:
+    """The performance model's TTFT and TPOT for the same model and request shapes on Trainium
+    (torch_neuronx.estimate, full size on fake tensors, bf16 as served there, one logical core): TTFT is
+    the prefill of ``concurrency`` prompts of ``input_len`` tokens batched together (every request of a
+    wave arriving at once), TPOT a decode step of ``concurrency`` sequences at the mean context
+    (prompt + half the output)."""
+    from transformers import AutoConfig
+
+    import torch_neuronx.estimate as estimate
+
+    config = AutoConfig.from_pretrained(model)
+    rows = []
+    for c in args.concurrency:
+        prefill = estimate(config, task="prefill", batch=c, seq=args.input_len, platforms=platforms)
+        decode = estimate(config, task="decode", batch=c, seq=args.input_len + args.output_len // 2,
+                          platforms=platforms)
+        for name in prefill.results:
+            ttft, tpot = prefill.results[name].step_time_s, decode.results[name].step_time_s
+            request = ttft + tpot * (args.output_len - 1)  # one wave of c requests, start to last token
+            rows.append({"backend": f"{name} (estimated)", "concurrency": c, "request_throughput": c / request,
+                         "output_throughput": c * args.output_len / request, "mean_ttft_ms": ttft * 1e3,
+                         "mean_tpot_ms": tpot * 1e3})
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
@@ -117,13 +142,14 @@ def main() -> None:
             rows += run_backend("cpu", model, args, workdir)
         else:
             print("vLLM's CPU backend skipped: its compiled kernels need AVX-512, this host has none")
+        rows += estimated_rows(model, args)
     print(f"\ntiny Llama, {args.num_prompts} random prompts of {args.input_len} tokens, {args.output_len} "
           "output tokens each\n")
     print("| backend | concurrency | requests/s | output tokens/s | mean TTFT (ms) | mean TPOT (ms) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['backend']} | {r['concurrency']} | {r['request_throughput']:.2f} | "
-              f"{r['output_throughput']:.1f} | {r['mean_ttft_ms']:.1f} | {r['mean_tpot_ms']:.1f} |")
+        print(f"| {r['backend']} | {r['concurrency']} | {r['request_throughput']:.3g} | "
+              f"{r['output_throughput']:.3g} | {r['mean_ttft_ms']:.3g} | {r['mean_tpot_ms']:.3g} |")
     cpu = {r["concurrency"]: r for r in rows if r["backend"] == "cpu"}
     for r in rows:
         if r["backend"] == "neuron" and r["concurrency"] in cpu:
