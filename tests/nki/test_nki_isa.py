@@ -1952,6 +1952,25 @@ def test_dma_transpose(shape, hwdge):
         np.testing.assert_array_equal(nki.simulate(from_sbuf)(x), x.T)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
+def test_dma_copy_of_a_permuted_window_transposes(dtype):
+    # The shipped matmul's a.T load on NeuronCore-v3+: a window of HBM, permuted, into one slot of a
+    # 3-D SBUF tile (the executor copies such strided pairs in blocks; sizes not a multiple of them).
+    x = (rng(23).standard_normal((50, 100)) * 20).astype(dtype)
+
+    def k(xt):
+        d = nl.ndarray((70, 3, 37), xt.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=0)
+        nisa.dma_copy(dst=d[0:70, 1, 0:37], src=xt[5:42, 20:90].permute((1, 0)))
+        nisa.dma_copy(dst=d[0:70, 2, 0:37], src=xt[13:50, 30:100].permute((1, 0)))
+        return to_hbm(d)
+
+    want = np.zeros((70, 3, 37), dtype)
+    want[:, 1, :] = x[5:42, 20:90].T
+    want[:, 2, :] = x[13:50, 30:100].T
+    np.testing.assert_array_equal(nki.simulate(k)(x), want)
+
+
 def test_nc_n_gather_per_partition():
     x = randn(16, 4, 8, seed=20)
     idx = rng(21).integers(0, 32, (16, 10)).astype(np.uint32)
