@@ -68,10 +68,20 @@ def _layout(op: str, params, values: dict, conv) -> list:
     return out
 
 
+_IN_PKG: dict[str, bool] = {}  # code file name -> whether it is in the nki package (asked per instruction)
+
+
+def _in_pkg(filename: str) -> bool:
+    inside = _IN_PKG.get(filename)
+    if inside is None:
+        inside = _IN_PKG[filename] = os.path.abspath(filename).startswith(_PKG_DIR + os.sep)
+    return inside
+
+
 def source_location() -> tuple[str, int]:
     """The innermost frame outside the nki package: the kernel line being traced."""
     f = sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PKG_DIR + os.sep):
+    while f is not None and _in_pkg(f.f_code.co_filename):
         f = f.f_back
     if f is None:
         return "", 0
