@@ -1,6 +1,7 @@
 // Gather/scatter: an access's elements between simulated memory and dense buffers (fp32,
 // int64 or raw bytes, in access order), copies between accesses, and run-time offsets.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -81,28 +82,63 @@ std::vector<Dim> squeezed(const Access& a) {
   return d;
 }
 
+// Whether a same-dtype copy between two accesses of one shape transposes (the source's densest
+// dim is not the destination's), so that copying it in blocks pays.
+bool blocked_transpose_pair(const Access& src, const Access& dst, const std::vector<Dim>& sd,
+                            const std::vector<Dim>& dd) {
+  if (src.tensor == dst.tensor || src.index.present() || dst.index.present()) return false;
+  if (sd.size() < 2 || sd.size() != dd.size() || sd.size() > 8) return false;
+  size_t x = 0, y = 0;
+  for (size_t i = 0; i < sd.size(); ++i) {
+    if (sd[i].size != dd[i].size) return false;
+    if (std::llabs(sd[i].stride) < std::llabs(sd[x].stride)) x = i;
+    if (std::llabs(dd[i].stride) < std::llabs(dd[y].stride)) y = i;
+  }
+  return x != y;
+}
+
 }  // namespace
 
 template <class E>
 void Program::State::copy_raw_as(const Access& dst, const Access& src) {
   const std::vector<Dim> sd = squeezed(src), dd = squeezed(dst);
-  if (src.tensor != dst.tensor && !src.index.present() && !dst.index.present() && sd.size() == 2 && dd.size() == 2 &&
-      sd[0].size == dd[0].size &&
-      sd[1].size == dd[1].size && sd[1].stride != 1) {
-    // A transposing copy (the source's inner dim strided): element by element in row order would
-    // touch a new cache line per element on one side; 16 x 16 blocks keep both sides in cache.
+  if (blocked_transpose_pair(src, dst, sd, dd)) {
+    // A transposing copy: the source's densest dim (x) is not the destination's (y). Element by
+    // element in row order would touch a new cache line per element on one side; 8 x 8 blocks
+    // over (x, y) keep both sides in cache. 8: rows on both sides are often 4 KiB multiples apart
+    // (the same L1 set), so a block may use at most 8 lines per side.
+    const size_t nd = sd.size();
+    size_t x = 0, y = 0;
+    for (size_t i = 1; i < nd; ++i) {
+      if (std::llabs(sd[i].stride) < std::llabs(sd[x].stride)) x = i;
+      if (std::llabs(dd[i].stride) < std::llabs(dd[y].stride)) y = i;
+    }
+    std::vector<size_t> rest;
+    int64_t outer = 1;
+    for (size_t i = 0; i < nd; ++i) {
+      if (i != x && i != y) rest.push_back(i), outer *= sd[i].size;
+    }
     const E* sb = reinterpret_cast<const E*>(base(src.tensor)) + src.offset;
     E* db = reinterpret_cast<E*>(base(dst.tensor)) + dst.offset;
-    // 8 x 8: both sides' rows are often 4 KiB multiples apart (the same L1 set), so a block may
-    // use at most 8 lines per side.
     constexpr int64_t kB = 8;
-    for (int64_t i0 = 0; i0 < sd[0].size; i0 += kB) {
-      const int64_t i1 = std::min(sd[0].size, i0 + kB);
-      for (int64_t j0 = 0; j0 < sd[1].size; j0 += kB) {
-        const int64_t j1 = std::min(sd[1].size, j0 + kB);
-        for (int64_t i = i0; i < i1; ++i) {
-          for (int64_t j = j0; j < j1; ++j) db[i * dd[0].stride + j * dd[1].stride] = sb[i * sd[0].stride + j * sd[1].stride];
+    std::vector<int64_t> idx(rest.size(), 0);
+    for (int64_t r = 0; r < outer; ++r) {
+      int64_t so = 0, dof = 0;
+      for (size_t k = 0; k < rest.size(); ++k) so += idx[k] * sd[rest[k]].stride, dof += idx[k] * dd[rest[k]].stride;
+      for (int64_t x0 = 0; x0 < sd[x].size; x0 += kB) {
+        const int64_t x1 = std::min(sd[x].size, x0 + kB);
+        for (int64_t y0 = 0; y0 < sd[y].size; y0 += kB) {
+          const int64_t y1 = std::min(sd[y].size, y0 + kB);
+          for (int64_t a = x0; a < x1; ++a) {
+            for (int64_t b = y0; b < y1; ++b) {
+              db[dof + a * dd[x].stride + b * dd[y].stride] = sb[so + a * sd[x].stride + b * sd[y].stride];
+            }
+          }
         }
+      }
+      for (size_t k = rest.size(); k-- > 0;) {
+        if (++idx[k] < sd[rest[k]].size) break;
+        idx[k] = 0;
       }
     }
     return;

@@ -1971,6 +1971,21 @@ def test_dma_copy_of_a_permuted_window_transposes(dtype):
     np.testing.assert_array_equal(nki.simulate(k)(x), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_dma_copy_of_a_3d_access_pattern_transposes(dtype):
+    # The shipped matmul's a.T load of every full K tile at once: [p, kt, i] = x[r0 + i, kt * 16 + p].
+    x = (rng(29).standard_normal((40, 70)) * 20).astype(dtype)
+    P, T, M, r0 = 16, 4, 9, 7
+
+    def k(xt):
+        d = nl.ndarray((P, T, M), xt.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=xt.ap([[1, P], [P, T], [70, M]], offset=r0 * 70))
+        return to_hbm(d)
+
+    want = x[r0:r0 + M, :P * T].reshape(M, T, P).transpose(2, 1, 0)
+    np.testing.assert_array_equal(nki.simulate(k)(x), want)
+
+
 def test_nc_n_gather_per_partition():
     x = randn(16, 4, 8, seed=20)
     idx = rng(21).integers(0, 32, (16, 10)).astype(np.uint32)

@@ -49,9 +49,15 @@ def matmul_kernel(a, b):
     def load_a(m0, m):
         a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
         if dma_transpose:
-            for kt in range(n_k):
-                k = min(P, K - kt * P)
-                nisa.dma_copy(dst=a_t[0:k, kt, 0:m], src=a[m0:m0 + m, kt * P:kt * P + k].permute((1, 0)))
+            # Whole K tiles in one transposing DMA (a decode row's 128 tiny loads would each pay a
+            # DMA's fixed cost), the ragged last tile on its own.
+            full = K // P
+            if full:
+                src = a.ap([[1, P], [P, full], [K, m]], offset=m0 * K)  # [p, kt, i] = a[m0 + i, kt * P + p]
+                nisa.dma_copy(dst=a_t[0:P, 0:full, 0:m], src=src)
+            if full < n_k:
+                k = K - full * P
+                nisa.dma_copy(dst=a_t[0:k, full, 0:m], src=a[m0:m0 + m, full * P:K].permute((1, 0)))
             return a_t
         rows = nl.ndarray((m, K), dtype=a.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=rows, src=a[m0:m0 + m, 0:K])
