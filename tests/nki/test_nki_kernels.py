@@ -43,6 +43,17 @@ def test_tiled_matmul_when_b_does_not_stay_in_sbuf(monkeypatch):
     torch.testing.assert_close(got.cpu(), (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-4)
 
 
+def test_tiled_matmul_with_a_long_k_narrows_its_column_blocks():
+    # fp32, K = 20000: a column block of b over every K tile at the full 512 columns would need
+    # 1.3 MB per partition of SBUF; the kernel narrows the blocks (and says so when K is too long).
+    a = torch.randn(3, 20000, generator=_g())
+    b = torch.randn(20000, 700, generator=_g(1))
+    got = matmul(a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(got.cpu(), (a.double() @ b.double()).float(), rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="K = 60000 is too long"):
+        matmul(torch.randn(2, 60000).to("neuron"), torch.randn(60000, 8).to("neuron"))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_and_rmsnorm_match_torch(dtype):
     x = torch.randn(3, 130, 77, generator=_g()).to(dtype)

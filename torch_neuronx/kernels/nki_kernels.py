@@ -33,7 +33,19 @@ def matmul_kernel(a, b):
     P, TILE_M, TILE_N = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
     out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
     n_k = (K + P - 1) // P
-    col_blocks = [(n0, min(TILE_N, N - n0)) for n0 in range(0, N, TILE_N)]
+    # NeuronCore-v2 has no DMA transpose (a strided load would move one element per descriptor): there
+    # a.T is made on TensorE from row-major tiles, as AWS's compiler does; v3+ transposes while loading.
+    dma_transpose = nisa.get_nc_version() >= nisa.nc_version.gen3
+    # SBUF per partition: a row block of a.T (and on v2 its row-major copy), one column block of b
+    # over every K tile, and a few KiB for the result tile. A long K narrows the column blocks.
+    a_bytes = n_k * TILE_M * itemsize(a.dtype) * (1 if dma_transpose else 2)
+    b_budget = nl.tile_size.total_available_sbuf_size - a_bytes - 4 * TILE_N * 4
+    b_bytes = n_k * itemsize(b.dtype)  # per column of a column block
+    if b_budget < 64 * b_bytes:
+        raise ValueError(f"matmul_kernel: K = {K} is too long to keep a row block of a.T and a column block of b "
+                         f"in SBUF; split K into parts and add their products")
+    tile_n = TILE_N if TILE_N * b_bytes <= b_budget else b_budget // b_bytes // 64 * 64
+    col_blocks = [(n0, min(tile_n, N - n0)) for n0 in range(0, N, tile_n)]
 
     def load_b(n0, n):
         b_t = nl.ndarray((P, n_k, n), dtype=b.dtype, buffer=nl.sbuf)
@@ -41,10 +53,6 @@ def matmul_kernel(a, b):
             k = min(P, K - kt * P)
             nisa.dma_copy(dst=b_t[0:k, kt, 0:n], src=b[kt * P:kt * P + k, n0:n0 + n])
         return b_t
-
-    # NeuronCore-v2 has no DMA transpose (a strided load would move one element per descriptor): there
-    # a.T is made on TensorE from row-major tiles, as AWS's compiler does; v3+ transposes while loading.
-    dma_transpose = nisa.get_nc_version() >= nisa.nc_version.gen3
 
     def load_a(m0, m):
         a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
@@ -77,7 +85,7 @@ def matmul_kernel(a, b):
         nisa.tensor_copy(dst=res, src=acc)
         nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
 
-    if n_k * N * itemsize(b.dtype) <= B_RESIDENT_BYTES:
+    if n_k * N * itemsize(b.dtype) <= min(B_RESIDENT_BYTES, b_budget):
         b_tiles = [load_b(n0, n) for n0, n in col_blocks]
         for m0 in range(0, M, TILE_M):
             m = min(TILE_M, M - m0)
