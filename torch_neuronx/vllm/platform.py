@@ -26,6 +26,7 @@ logger = init_logger(__name__)
 WORKER = "torch_neuronx.vllm.worker.NeuronWorker"
 ATTENTION_BACKEND = "torch_neuronx.vllm.attention.NeuronAttentionBackend"
 COMMUNICATOR = "torch_neuronx.vllm.communicator.NeuronCommunicator"
+COMPILER = "torch_neuronx.vllm.compiler.NeuronAdaptor"  # vLLM's piecewise pieces
 
 # vLLM names attention backends by enum; out-of-tree backends take the CUSTOM member.
 register_backend(AttentionBackendEnum.CUSTOM, ATTENTION_BACKEND)
@@ -45,6 +46,10 @@ class NeuronPlatform(Platform):
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
         return [torch.bfloat16, torch.float16, torch.float32]
+
+    @classmethod
+    def get_compile_backend(cls) -> str:
+        return COMPILER
 
     @classmethod
     def import_kernels(cls) -> None:
@@ -155,19 +160,32 @@ class NeuronPlatform(Platform):
         # Execution is synchronous on the simulator: nothing to overlap the scheduler with.
         vllm_config.scheduler_config.async_scheduling = False
 
-        # vLLM's piecewise compilation (VLLM_COMPILE, its default) and graph capture are not wired
-        # to the neuron backend yet: that default runs eagerly. DYNAMO_TRACE_ONCE (mode 2, asked
-        # for explicitly) traces the model once and compiles it with torch.compile's "neuron"
-        # backend, attention staying one opaque op.
+        # torch.compile through the neuron backend: vLLM's piecewise compilation (VLLM_COMPILE, its
+        # default) hands each piece between attention calls to NeuronAdaptor; DYNAMO_TRACE_ONCE
+        # (mode 2) compiles the whole traced model with it, attention staying one opaque op. No
+        # graph capture (nothing like CUDA graphs on the simulator).
         compilation_config = vllm_config.compilation_config
         model_config = vllm_config.model_config
-        if compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE and not (
-                model_config is not None and model_config.enforce_eager):
+        eager = model_config is not None and model_config.enforce_eager
+        if compilation_config.mode in (CompilationMode.STOCK_TORCH_COMPILE,
+                                       CompilationMode.DYNAMO_TRACE_ONCE) and not eager:
             compilation_config.backend = "neuron"
-        else:
-            if compilation_config.mode != CompilationMode.NONE:
-                logger.info("neuron runs vLLM models eagerly (compilation mode %s -> NONE; mode 2, "
-                            "DYNAMO_TRACE_ONCE, compiles with the neuron backend)", compilation_config.mode)
+        elif compilation_config.mode == CompilationMode.VLLM_COMPILE and not eager:
+            if compilation_config.backend in ("", "inductor"):
+                compilation_config.backend = COMPILER
+            # No graph-capture sizes are computed on a platform without static graphs, which leaves
+            # compile_sizes unset; the piecewise backend needs a list (empty: one dynamic range).
+            if compilation_config.compile_sizes is None:
+                compilation_config.compile_sizes = []
+            # vLLM's fusion passes match CUDA/ROCm kernels (quantization, all-reduce + norm, rope +
+            # KV cache); none exists here.
+            passes = compilation_config.pass_config
+            for name in type(passes).model_fields if hasattr(type(passes), "model_fields") else vars(passes):
+                if name.startswith(("fuse_", "enable_")) and isinstance(getattr(passes, name), (bool, type(None))):
+                    setattr(passes, name, False)
+        elif compilation_config.mode != CompilationMode.NONE:
+            logger.info("neuron runs vLLM models eagerly with enforce_eager or compilation mode %s",
+                        compilation_config.mode)
             compilation_config.mode = CompilationMode.NONE
             if model_config is not None:
                 model_config.enforce_eager = True
