@@ -19,6 +19,6 @@ class NeuronAdaptor(CompilerInterface):
                 compile_range, key: str | None = None) -> tuple[Callable[..., Any] | None, Any | None]:
         from torch_neuronx.compile import _backend
 
-        # No handle: vLLM's own artifact cache is not used; the neuron backend's caches (Inductor's
-        # FX graph cache, keyed by the piece) make a second process's compile warm.
+        # No handle: vLLM's own artifact cache is not used; the neuron backend's Inductor FX graph
+        # cache applies as to any torch.compile.
         return _backend.neuron_backend(graph, example_inputs), None
