@@ -306,9 +306,14 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
             ins.update(last)
             decode_inputs = None
             if phase_task == "decode":
+                # Transformers 5.x calls the KV cache `cache` (`past_key_values` is deprecated); models
+                # written for 4.x still take `past_key_values`.
+                cache_arg = "cache" if _takes(model, "cache") else "past_key_values"
+
                 def decode_inputs(out, _ins=ins):
                     ids = _ins["input_ids"][:, -q_len:]
-                    return {"input_ids": ids, "past_key_values": out.past_key_values, "use_cache": True, **last}
+                    kv = out.cache if hasattr(out, "cache") else out.past_key_values
+                    return {"input_ids": ids, cache_arg: kv, "use_cache": True, **last}
             return model, ins, decode_inputs
         return build
 
