@@ -8,6 +8,7 @@ left nothing of ours in ``/dev/shm``.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,9 +57,14 @@ def run_session(cmd: list[str], env: dict, timeout: float, what: str) -> tuple[i
     return proc.returncode, out
 
 
+# torchrun's --tee prefixes every line with its rank ("[default3]:"); a progress bar that ends
+# in "\r" without a newline leaves the next rank's line glued to its end
+_GLUED_RANK_LINE = re.compile(r"(?<=[^\n])(?=\[default\d+\]:)")
+
+
 class DistResult:
     def __init__(self, rc: int, out: str):
-        self.rc, self.out = rc, out
+        self.rc, self.out = rc, _GLUED_RANK_LINE.sub("\n", out)
 
     def __repr__(self) -> str:
         return f"DistResult(rc={self.rc})\n{self.out}"
@@ -76,7 +82,9 @@ def torchrun(
     """Run ``tests/distributed/workers/<script>`` on ``nprocs`` local ranks; returns rc and combined output."""
     before = shm_entries()
     full_env = dict(os.environ)
-    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    # progress bars (Transformers' weight loading, checkpoint writing) interleave across ranks
+    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                     "TQDM_DISABLE": "1"})
     full_env.update(env or {})
     # torchrun keeps its per-rank logs (a torchelastic_* directory in /tmp) unless told where
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
