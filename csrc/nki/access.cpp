@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "nki/executor.h"
 #include "nki/numerics.h"
@@ -82,19 +84,21 @@ std::vector<Dim> squeezed(const Access& a) {
   return d;
 }
 
-// Whether a same-dtype copy between two accesses of one shape transposes (the source's densest
-// dim is not the destination's), so that copying it in blocks pays.
-bool blocked_transpose_pair(const Access& src, const Access& dst, const std::vector<Dim>& sd,
-                            const std::vector<Dim>& dd) {
-  if (src.tensor == dst.tensor || src.index.present() || dst.index.present()) return false;
-  if (sd.size() < 2 || sd.size() != dd.size() || sd.size() > 8) return false;
+// For a same-dtype copy between two accesses of one shape (dims of size 1 dropped): the source's and
+// the destination's densest dims when they differ, i.e. when the copy transposes and copying it in
+// blocks pays; nullopt otherwise.
+std::optional<std::pair<size_t, size_t>> transposed_dims(const Access& src, const Access& dst,
+                                                         const std::vector<Dim>& sd, const std::vector<Dim>& dd) {
+  if (src.tensor == dst.tensor || src.index.present() || dst.index.present()) return std::nullopt;
+  if (sd.size() < 2 || sd.size() != dd.size()) return std::nullopt;
   size_t x = 0, y = 0;
   for (size_t i = 0; i < sd.size(); ++i) {
-    if (sd[i].size != dd[i].size) return false;
+    if (sd[i].size != dd[i].size) return std::nullopt;
     if (std::llabs(sd[i].stride) < std::llabs(sd[x].stride)) x = i;
     if (std::llabs(dd[i].stride) < std::llabs(dd[y].stride)) y = i;
   }
-  return x != y;
+  if (x == y) return std::nullopt;
+  return std::make_pair(x, y);
 }
 
 }  // namespace
@@ -102,17 +106,13 @@ bool blocked_transpose_pair(const Access& src, const Access& dst, const std::vec
 template <class E>
 void Program::State::copy_raw_as(const Access& dst, const Access& src) {
   const std::vector<Dim> sd = squeezed(src), dd = squeezed(dst);
-  if (blocked_transpose_pair(src, dst, sd, dd)) {
+  if (const auto xy = transposed_dims(src, dst, sd, dd)) {
     // A transposing copy: the source's densest dim (x) is not the destination's (y). Element by
     // element in row order would touch a new cache line per element on one side; 8 x 8 blocks
     // over (x, y) keep both sides in cache. 8: rows on both sides are often 4 KiB multiples apart
     // (the same L1 set), so a block may use at most 8 lines per side.
+    const auto [x, y] = *xy;
     const size_t nd = sd.size();
-    size_t x = 0, y = 0;
-    for (size_t i = 1; i < nd; ++i) {
-      if (std::llabs(sd[i].stride) < std::llabs(sd[x].stride)) x = i;
-      if (std::llabs(dd[i].stride) < std::llabs(dd[y].stride)) y = i;
-    }
     std::vector<size_t> rest;
     int64_t outer = 1;
     for (size_t i = 0; i < nd; ++i) {

@@ -330,13 +330,7 @@ def _capture_config(config, task, batch, micro_batch, seq, new_tokens, torch_dty
                     traces.append(tr)
                 break
             except Exception as e:  # noqa: BLE001 - sequence parallelism by default only where it traces
-                if isinstance(e, NoSequenceParallel) and plan.sp:
-                    raise EstimateError(f"--sp: {e}; run without --sp (tensor parallelism alone)") from e
-                if not sp or plan.sp is not None:
-                    raise
-                why = str(e) if isinstance(e, NoSequenceParallel) else \
-                    f"the step failed to trace with it ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
-                sp_notes.append(f"sequence parallelism not applied to {phase_task}: {why}")
+                sp_notes.append(_sp_fallback(e, plan, sp, phase_task, retry=True))
                 sp = False
         if phase_task in ("train", "prefill"):
             sp_used.append(sp)
@@ -400,6 +394,20 @@ def _use_sp(plan: Plan, phase_task: str) -> bool:
     if plan.tp == 1 or phase_task == "decode":
         return False
     return plan.sp is not False
+
+
+def _sp_fallback(e: Exception, plan: Plan, sp: bool, task: str, retry: bool) -> str:
+    """A trace with sequence parallelism failed with ``e``: re-raised unless sequence parallelism was
+    only the default (``plan.sp`` None) and a retry without it is possible (``retry``), then the
+    assumption that says why it is off. ``--sp`` asked for explicitly on a model that cannot have it
+    is an EstimateError naming the module."""
+    if isinstance(e, NoSequenceParallel) and plan.sp:
+        raise EstimateError(f"--sp: {e}; run without --sp (tensor parallelism alone)") from e
+    if not sp or plan.sp is not None or not retry:
+        raise e
+    why = str(e) if isinstance(e, NoSequenceParallel) else \
+        f"the step failed to trace with it ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
+    return f"sequence parallelism not applied to {task}: {why}"
 
 
 def _sp_assumptions(plan: Plan, task: str, sp: bool, last_token: bool) -> list[str]:
@@ -480,14 +488,8 @@ def _capture_module(model, inputs, task, batch, micro_batch, plan, mode, compile
     try:
         tr = _trace_one(lambda fm, dev, mesh: build(fm, dev, mesh, sp), task, mode, compile_, bar, plan)
     except Exception as e:  # noqa: BLE001 - sequence parallelism by default only where it traces
-        if isinstance(e, NoSequenceParallel) and plan.sp:
-            raise EstimateError(f"--sp: {e}; run without --sp (tensor parallelism alone)") from e
         # A failed trace in record mode has already parallelized the caller's model: no second try.
-        if not sp or plan.sp is not None or not (isinstance(e, NoSequenceParallel) or mode == "full"):
-            raise
-        why = str(e) if isinstance(e, NoSequenceParallel) else \
-            f"the step failed to trace with it ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
-        assumptions.append(f"sequence parallelism not applied to {task}: {why}")
+        assumptions.append(_sp_fallback(e, plan, sp, task, retry=isinstance(e, NoSequenceParallel) or mode == "full"))
         sp = False
         tr = _trace_one(lambda fm, dev, mesh: build(fm, dev, mesh, sp), task, mode, compile_, bar, plan)
     assumptions += _sp_assumptions(plan, task, sp, last_token=False)

@@ -8,6 +8,7 @@ platforms; attention is our own backend).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -180,9 +181,9 @@ class NeuronPlatform(Platform):
             # vLLM's fusion passes match CUDA/ROCm kernels (quantization, all-reduce + norm, rope +
             # KV cache); none exists here.
             passes = compilation_config.pass_config
-            for name in type(passes).model_fields if hasattr(type(passes), "model_fields") else vars(passes):
-                if name.startswith(("fuse_", "enable_")) and isinstance(getattr(passes, name), (bool, type(None))):
-                    setattr(passes, name, False)
+            for field in dataclasses.fields(passes):
+                if field.name.startswith(("fuse_", "enable_")):
+                    setattr(passes, field.name, False)
         elif compilation_config.mode != CompilationMode.NONE:
             logger.info("neuron runs vLLM models eagerly with enforce_eager or compilation mode %s",
                         compilation_config.mode)
