@@ -1,8 +1,9 @@
-"""make bench-estimate (second part): nki.estimate of a kernel of about 100k instructions — the shipped
-tiled matmul at 8192 x 8192 x 8192 (fp32: 64 x 64 x 16 stationary/moving tiles) on trn2. Prints the
-instruction count, the time to trace and verify it (first call) and the time the engine model takes on
-its own (a second call, which reuses the traced program), and fails when the model exceeds 2 s
-(docs/estimate.md). The host's CPU is named: numbers from another machine are not comparable."""
+"""make bench-estimate (second part): nki.estimate of a kernel of over 100k instructions — the shipped
+tiled matmul of a [8192, 8192] by a [8192, 12288] fp32 matrix (64 x 24 blocks of 64 accumulated
+matmuls) on trn2. Prints the instruction count, the time of the first call (trace, verify and model:
+what a user waits for) and of a second call (the engine model on the traced program), and fails when
+the first call exceeds 2 s or the kernel has fewer than 100k instructions (docs/estimate.md). The
+host's CPU is named: numbers from another machine are not comparable."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def main() -> int:
     import nki
     from torch_neuronx.kernels import nki_kernels as K
 
-    n = 8192
-    args = (nki.TensorSpec((n, n), "float32"), nki.TensorSpec((n, n), "float32"))
+    m = k = 8192
+    n = 12288
+    args = (nki.TensorSpec((m, k), "float32"), nki.TensorSpec((k, n), "float32"))
     est = nki.estimate(K.matmul_kernel, platform="trn2")
     t0 = time.perf_counter()
     first = est(*args)
@@ -27,12 +29,12 @@ def main() -> int:
     t2 = time.perf_counter()
     counts = report.metrics
     instructions = sum(v for k, v in counts.items() if k.endswith("_instruction_count"))
-    print(f"matmul {n}x{n}x{n} float32 on trn2: {instructions:,} instructions, estimated "
+    print(f"matmul [{m}, {k}] x [{k}, {n}] float32 on trn2: {instructions:,} instructions, estimated "
           f"{report.latency_us / 1e3:.1f} ms on one NeuronCore")
-    print(f"trace + verify + model: {t1 - t0:.2f} s; engine model alone: {t2 - t1:.2f} s (limit {LIMIT_S:.0f} s) "
-          f"on {platform.processor() or platform.machine()}")
+    print(f"first call (trace + verify + model): {t1 - t0:.2f} s (limit {LIMIT_S:.0f} s); engine model alone: "
+          f"{t2 - t1:.2f} s; on {platform.processor() or platform.machine()}", flush=True)
     assert first.latency_us == report.latency_us, "the estimate is not deterministic"
-    ok = (t2 - t1) <= LIMIT_S and instructions >= 90_000
+    ok = (t1 - t0) <= LIMIT_S and instructions >= 100_000
     if not ok:
         print("bench-estimate (kernel): FAILED the limits", file=sys.stderr)
     return 0 if ok else 1

@@ -49,19 +49,34 @@ _OPS = {row["name"]: (row["code"], [(p["name"], p["arity"]) for p in row["ints"]
                       [(p["name"], p["arity"]) for p in row["floats"]]) for row in _core.OP_TABLE}
 
 
-def _layout(op: str, params, values: dict, conv) -> list:
-    """Attribute values in the order the op table stores them; a variadic one is a sequence, and
-    optional ones left out stop the list."""
-    names = {n for n, _ in params}
-    if not names.issuperset(values):
-        raise TypeError(f"nki: {op} has no attribute(s) {sorted(set(values) - names)}")
-    out = []
+def _layout_plan(op: str, params, names: tuple) -> tuple:
+    """Which of ``names`` (attributes given, in any order) an instruction stores, in the op table's
+    order, each with whether it is variadic; checked once per op and set of names."""
+    known = {n for n, _ in params}
+    if not known.issuperset(names):
+        raise TypeError(f"nki: {op} has no attribute(s) {sorted(set(names) - known)}")
+    plan = []
     for name, arity in params:
-        if name not in values:
+        if name not in names:
             if arity == "one":
                 raise TypeError(f"nki: {op} needs its attribute {name!r}")
-            break
-        if arity == "variadic":
+            break  # optional ones left out stop the list
+        plan.append((name, arity == "variadic"))
+    return tuple(plan)
+
+
+_LAYOUT_PLANS: dict = {}  # (op, int or float, attribute names given) -> _layout_plan
+
+
+def _layout(op: str, params, values: dict, conv) -> list:
+    """Attribute values in the order the op table stores them; a variadic one is a sequence."""
+    key = (op, conv, tuple(values))
+    plan = _LAYOUT_PLANS.get(key)
+    if plan is None:
+        plan = _LAYOUT_PLANS[key] = _layout_plan(op, params, key[2])
+    out = []
+    for name, variadic in plan:
+        if variadic:
             out.extend(conv(v) for v in values[name])
         else:
             out.append(conv(values[name]))
@@ -118,11 +133,12 @@ class Trace:
         absent), attributes by their names in the op table."""
         code, int_params, float_params = _OPS[op]
         file, line = source_location()
-        accesses = [a._access() if a is not None else (-1, 0, [], -1, 0, 0, 0, False) for a in args]
+        accesses = [_NO_ACCESS if a is None else a._access() for a in args]
         self.builder.instr(code, accesses, _layout(op, int_params, ints or {}, int),
                            _layout(op, float_params, floats or {}, float), file, line, text)
 
 
+_NO_ACCESS = (-1, 0, [], -1, 0, 0, 0, False)  # an absent operand
 _local = threading.local()
 
 
@@ -142,6 +158,9 @@ def set_current(t: Trace | None) -> Trace | None:
     prev = getattr(_local, "trace", None)
     _local.trace = t
     return prev
+
+
+_new_tensor = object.__new__
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -253,7 +272,7 @@ class NkiTensor(NKIObject):
         return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r}, name={self.name!r})"
 
     def _access(self):
-        dims = [(st, sz) for st, sz in zip(self.strides, self.shape)]
+        dims = list(zip(self.strides, self.shape))
         if self._index is None:
             return (self._tid, self.offset, dims, -1, 0, 0, 0, False)
         index, stride, vector = self._index
@@ -261,11 +280,17 @@ class NkiTensor(NKIObject):
                 vector)
 
     def _view(self, shape, strides, offset) -> "NkiTensor":
-        if self._index is not None and self._index[2] and (not shape or shape[0] != self.shape[0]):
+        """A view of the same tensor; ``shape``, ``strides`` and ``offset`` are ints already (tracing
+        a large kernel makes millions of views: no conversions here)."""
+        index = self._index
+        if index is not None and index[2] and (not shape or shape[0] != self.shape[0]):
             raise ValueError("the first dimension of a vector_offset / vector_select view is indexed at run time: "
                              "it cannot be sliced, selected or reshaped")
-        return NkiTensor(self._tid, self._base_shape, shape, strides, offset, self.dtype, self.buffer, self.name,
-                         self._index)
+        t = _new_tensor(NkiTensor)
+        t._tid, t._base_shape, t.shape, t.strides, t.offset = self._tid, self._base_shape, tuple(shape), \
+            tuple(strides), offset
+        t.dtype, t.buffer, t.name, t._index = self.dtype, self.buffer, self.name, index
+        return t
 
     def is_indirect(self) -> bool:
         """Whether this view carries a run-time (SBUF) index."""
@@ -313,36 +338,41 @@ class NkiTensor(NKIObject):
 
     # ---- indexing ----------------------------------------------------------------------------
     def __getitem__(self, key) -> "NkiTensor":
-        if not isinstance(key, tuple):
+        # Tracing a large kernel indexes millions of times: one pass, no intermediate lists.
+        if type(key) is not tuple:
             key = (key,)
-        if any(k is Ellipsis for k in key):
-            i = next(i for i, k in enumerate(key) if k is Ellipsis)
-            fill = self.ndim - (len(key) - 1)
-            key = key[:i] + (slice(None),) * fill + key[i + 1:]
-        if len(key) > self.ndim:
-            raise IndexError(f"too many indices ({len(key)}) for a {self.ndim}-D tensor of shape {self.shape}")
-        key = key + (slice(None),) * (self.ndim - len(key))
-        shape, strides, offset, dropped = [], [], self.offset, []
-        for d, (k, n, st) in enumerate(zip(key, self.shape, self.strides)):
-            if isinstance(k, ds):
-                k = k.as_slice()
-            if isinstance(k, slice):
+        shape_in, strides_in = self.shape, self.strides
+        nd = len(shape_in)
+        for i, k in enumerate(key):
+            if k is Ellipsis:
+                key = key[:i] + (slice(None),) * (nd - (len(key) - 1)) + key[i + 1:]
+                break
+        nk = len(key)
+        if nk > nd:
+            raise IndexError(f"too many indices ({nk}) for a {nd}-D tensor of shape {shape_in}")
+        on_chip = self.buffer in ON_CHIP
+        shape, strides, offset = [], [], self.offset
+        last_drop = -1  # where in the view the last dimension indexed away was
+        for d in range(nd):
+            n, st = shape_in[d], strides_in[d]
+            if d >= nk:
+                shape.append(n)
+                strides.append(st)
+                continue
+            k = key[d]
+            tk = type(k)
+            if tk is slice:
                 start, stop, step = k.start, k.stop, k.step
                 step = 1 if step is None else int(step)
                 if step < 1:
                     raise IndexError(f"slice step must be >= 1, got {step}")
                 start = 0 if start is None else int(start)
                 stop = n if stop is None else int(stop)
-                if start < 0:
-                    start += n
-                if stop < 0:
-                    stop += n
-                if not (0 <= start < stop <= n):
-                    raise IndexError(f"slice {start}:{stop} of dimension {d} (size {n}) of a tensor of shape "
-                                     f"{self.shape} is out of range or empty")
-                shape.append((stop - start + step - 1) // step)
-                strides.append(st * step)
-                offset += start * st
+            elif tk is ds:
+                start, stop, step = k.start, k.start + k.size, 1
+            elif isinstance(k, (slice, ds)):  # subclasses
+                return self[key[:d] + (k.as_slice() if isinstance(k, ds) else slice(k.start, k.stop, k.step),)
+                            + key[d + 1:]]
             else:
                 try:
                     i = int(k)
@@ -351,24 +381,31 @@ class NkiTensor(NKIObject):
                 if i < 0:
                     i += n
                 if not 0 <= i < n:
-                    raise IndexError(f"index {k} is out of range for dimension {d} (size {n}) of shape {self.shape}")
+                    raise IndexError(f"index {k} is out of range for dimension {d} (size {n}) of shape {shape_in}")
                 offset += i * st
-                if self.on_chip and d == 0:  # the partition dimension stays, with size 1
+                if on_chip and d == 0:  # the partition dimension stays, with size 1
                     shape.append(1)
                     strides.append(st)
                 else:
-                    dropped.append(len(shape))
-                    shape.append(None)
-                    strides.append(None)
-        kept = [(s, st) for s, st in zip(shape, strides) if s is not None]
-        if self.on_chip and len(kept) < 2:
+                    last_drop = len(shape)
+                continue
+            if start < 0:
+                start += n
+            if stop < 0:
+                stop += n
+            if not (0 <= start < stop <= n):
+                raise IndexError(f"slice {start}:{stop} of dimension {d} (size {n}) of a tensor of shape "
+                                 f"{shape_in} is out of range or empty")
+            shape.append((stop - start + step - 1) // step if step != 1 else stop - start)
+            strides.append(st * step)
+            offset += start * st
+        if on_chip and len(shape) < 2 and last_drop >= 0:
             # On-chip views stay at least 2-D: keep the last indexed free dimension as size 1.
-            last = max(dropped)
-            kept = [(s if s is not None else 1, st if st is not None else 1) for i, (s, st) in
-                    enumerate(zip(shape, strides)) if s is not None or i == last]
-        if not kept:
-            kept = [(1, 1)]
-        return self._view([s for s, _ in kept], [st for _, st in kept], offset)
+            shape.insert(last_drop, 1)
+            strides.insert(last_drop, 1)
+        if not shape:
+            shape, strides = [1], [1]
+        return self._view(shape, strides, offset)
 
     def __setitem__(self, key, value):
         """``t[key] = value``: nisa.tensor_copy on chip, nisa.dma_copy to or from HBM, nisa.memset for a number."""

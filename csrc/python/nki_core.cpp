@@ -27,9 +27,42 @@ using neuron::nki::Access;
 using neuron::nki::Kernel;
 using neuron::nki::Program;
 
-// (tensor, offset, [(stride, size)...], index tensor, index offset, index step, index stride, vector index)
-using PyAccess = std::tuple<int32_t, int64_t, std::vector<std::pair<int64_t, int64_t>>, int32_t, int64_t, int64_t,
-                            int64_t, bool>;
+int64_t int_of(PyObject* o, const char* what) {
+  const long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::type_error(std::string("nki: ") + what + " of an operand access is not an integer");
+  }
+  return v;
+}
+
+// An operand as the front end passes it: (tensor, offset, [(stride, size)...], index tensor, index
+// offset, index step, index stride, vector index). Read with the C API: a traced kernel passes
+// one per operand of every instruction, and pybind's generic casters were most of the cost of
+// recording an instruction.
+Access access_of(PyObject* t) {
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 8) {
+    throw py::type_error("nki: an operand access is an 8-tuple (tensor, offset, dims, index tensor, index offset, "
+                         "index step, index stride, vector index)");
+  }
+  Access a;
+  a.tensor = static_cast<int32_t>(int_of(PyTuple_GET_ITEM(t, 0), "the tensor"));
+  a.offset = int_of(PyTuple_GET_ITEM(t, 1), "the offset");
+  py::object dims = py::reinterpret_steal<py::object>(
+      PySequence_Fast(PyTuple_GET_ITEM(t, 2), "nki: the dims of an operand access are a sequence of (stride, size)"));
+  if (!dims) throw py::error_already_set();
+  const Py_ssize_t nd = PySequence_Fast_GET_SIZE(dims.ptr());
+  a.dims.reserve(nd);
+  for (Py_ssize_t i = 0; i < nd; ++i) {
+    PyObject* d = PySequence_Fast_GET_ITEM(dims.ptr(), i);
+    if (!PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 2) throw py::type_error("nki: a dim of an access is (stride, size)");
+    a.dims.push_back({int_of(PyTuple_GET_ITEM(d, 0), "a stride"), int_of(PyTuple_GET_ITEM(d, 1), "a size")});
+  }
+  a.index = {static_cast<int32_t>(int_of(PyTuple_GET_ITEM(t, 3), "the index tensor")),
+             int_of(PyTuple_GET_ITEM(t, 4), "the index offset"), int_of(PyTuple_GET_ITEM(t, 5), "the index step"),
+             int_of(PyTuple_GET_ITEM(t, 6), "the index stride"), PyObject_IsTrue(PyTuple_GET_ITEM(t, 7)) == 1};
+  return a;
+}
 
 struct KernelBuilder {
   Kernel k;
@@ -136,18 +169,13 @@ void register_nki(py::module_& m) {
              return static_cast<int>(b.k.tensors.size() - 1);
            })
       .def("instr",
-           [](KernelBuilder& b, int op, const std::vector<PyAccess>& args, std::vector<int64_t> ints,
-              std::vector<double> floats, std::string file, int line, std::string text) {
+           [](KernelBuilder& b, int op, const py::list& args, std::vector<int64_t> ints, std::vector<double> floats,
+              std::string file, int line, std::string text) {
              if (op < 0 || op >= neuron::nki::kNumOps) throw std::invalid_argument("nki: unknown op code");
              neuron::nki::Instr in{static_cast<neuron::nki::Op>(op), {}, std::move(ints), std::move(floats),
                                    {std::move(file), line}, std::move(text)};
              in.args.reserve(args.size());
-             for (const auto& [t, off, dims, it, ioff, istep, istride, ivec] : args) {
-               Access a{t, off, {}, {it, ioff, istep, istride, ivec}};
-               a.dims.reserve(dims.size());
-               for (const auto& [stride, size] : dims) a.dims.push_back({stride, size});
-               in.args.push_back(std::move(a));
-             }
+             for (const py::handle& a : args) in.args.push_back(access_of(a.ptr()));
              b.k.instrs.push_back(std::move(in));
            },
            py::arg("op"), py::arg("args"), py::arg("ints"), py::arg("floats"), py::arg("file"), py::arg("line"),

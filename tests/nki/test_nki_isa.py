@@ -1556,7 +1556,9 @@ def test_view_indexing_reads_the_right_elements():
     def k(x):
         t = nl.load(x)
         return (to_hbm(nl.copy(t[:, 1, 3])), to_hbm(nl.copy(t[:, ::2, 5:12:3])), to_hbm(nl.copy(t[5])),
-                to_hbm(nl.copy(t[:, 2])), to_hbm(nl.copy(t[10:20, -1, nl.ds(4, 8)])))
+                to_hbm(nl.copy(t[:, 2])), to_hbm(nl.copy(t[10:20, -1, nl.ds(4, 8)])),
+                to_hbm(nl.copy(t[-20:-4, np.int64(1), -9:])), to_hbm(nl.copy(t[..., 3:5][:, 1:3])),
+                to_hbm(nl.copy(t[10:23, 1, ...])))
 
     r = nki.simulate(k)(a)
     np.testing.assert_array_equal(r[0], a[:, 1, 3:4])
@@ -1564,6 +1566,9 @@ def test_view_indexing_reads_the_right_elements():
     np.testing.assert_array_equal(r[2], a[5:6])
     np.testing.assert_array_equal(r[3], a[:, 2])
     np.testing.assert_array_equal(r[4], a[10:20, -1, 4:12])
+    np.testing.assert_array_equal(r[5], a[-20:-4, 1, -9:])
+    np.testing.assert_array_equal(r[6], a[..., 3:5][:, 1:3])
+    np.testing.assert_array_equal(r[7], a[10:23, 1])
 
 
 def test_view_methods():

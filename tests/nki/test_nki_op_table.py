@@ -115,6 +115,23 @@ def test_a_dtype_code_outside_the_table_is_a_value_error(code):
     assert b.alias(x, _core.DTYPES["int32"], [4, 8], "xi", "k.py", 6) == 2
 
 
+@pytest.mark.parametrize("access, message", [
+    ((0, 0, [(8, 4), (1, 8)]), "an operand access is an 8-tuple"),
+    ((0, 0.5, [(8, 4), (1, 8)], -1, 0, 0, 0, False), "the offset of an operand access is not an integer"),
+    ((0, 0, [(8, 4, 1)], -1, 0, 0, 0, False), r"a dim of an access is \(stride, size\)"),
+    ((0, 0, 7, -1, 0, 0, 0, False), "the dims of an operand access are a sequence"),
+    ((0, 0, [(8, "4")], -1, 0, 0, 0, False), "a size of an operand access is not an integer"),
+])
+def test_a_malformed_operand_access_is_a_type_error(access, message):
+    b, x, y = _builder()
+    with pytest.raises(TypeError, match=message):
+        b.instr(_core.OPS["tensor_copy"], [_whole(y), access], [], [], "k.py", 9)
+    # the well-formed one still records (numpy integers too)
+    b.instr(_core.OPS["tensor_copy"], [_whole(y), (np.int64(x), 0, ((8, 4), (1, 8)), -1, 0, 0, 0, False)], [], [],
+            "k.py", 9)
+    assert b.num_instructions == 1
+
+
 @pytest.mark.parametrize("op, ints, attr", [
     ("tensor_scalar", lambda: [len(_core.ALU_OPS), 0, -1, 0], "op0"),
     ("tensor_scalar", lambda: [_core.ALU_OPS["add"], 0, -2, 0], "op1"),

@@ -46,13 +46,16 @@ def matmul_kernel(a, b):
                          f"in SBUF; split K into parts and add their products")
     tile_n = TILE_N if TILE_N * b_bytes <= b_budget else b_budget // b_bytes // 64 * 64
     col_blocks = [(n0, min(tile_n, N - n0)) for n0 in range(0, N, tile_n)]
+    k_rows = [min(P, K - kt * P) for kt in range(n_k)]
+    # load_a / load_b return a block's K tiles as views, made once: block() reuses them for every
+    # row or column block, which keeps tracing a large product fast.
 
     def load_b(n0, n):
         b_t = nl.ndarray((P, n_k, n), dtype=b.dtype, buffer=nl.sbuf)
-        for kt in range(n_k):
-            k = min(P, K - kt * P)
-            nisa.dma_copy(dst=b_t[0:k, kt, 0:n], src=b[kt * P:kt * P + k, n0:n0 + n])
-        return b_t
+        tiles = [b_t[0:k, kt, 0:n] for kt, k in enumerate(k_rows)]
+        for kt, k in enumerate(k_rows):
+            nisa.dma_copy(dst=tiles[kt], src=b[kt * P:kt * P + k, n0:n0 + n])
+        return tiles
 
     def load_a(m0, m):
         a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
@@ -66,7 +69,7 @@ def matmul_kernel(a, b):
             if full < n_k:
                 k = K - full * P
                 nisa.dma_copy(dst=a_t[0:k, full, 0:m], src=a[m0:m0 + m, full * P:K].permute((1, 0)))
-            return a_t
+            return [a_t[0:k, kt, 0:m] for kt, k in enumerate(k_rows)]
         rows = nl.ndarray((m, K), dtype=a.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=rows, src=a[m0:m0 + m, 0:K])
         for kt in range(n_k):
@@ -74,30 +77,29 @@ def matmul_kernel(a, b):
             t = nl.ndarray((k, m), dtype=a.dtype, buffer=nl.psum)
             nisa.nc_transpose(dst=t, data=rows[0:m, kt * P:kt * P + k])
             nisa.tensor_copy(dst=a_t[0:k, kt, 0:m], src=t)
-        return a_t
+        return [a_t[0:k, kt, 0:m] for kt, k in enumerate(k_rows)]
 
-    def block(a_t, b_t, m0, m, n0, n):
+    def block(a_tiles, b_tiles, m0, m, n0, n):
         acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
-        for kt in range(n_k):
-            k = min(P, K - kt * P)
-            nisa.nc_matmul(dst=acc, stationary=a_t[0:k, kt, 0:m], moving=b_t[0:k, kt, 0:n])
+        for a_kt, b_kt in zip(a_tiles, b_tiles):
+            nisa.nc_matmul(dst=acc, stationary=a_kt, moving=b_kt)
         res = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.sbuf)
         nisa.tensor_copy(dst=res, src=acc)
         nisa.dma_copy(dst=out[m0:m0 + m, n0:n0 + n], src=res)
 
     if n_k * N * itemsize(b.dtype) <= min(B_RESIDENT_BYTES, b_budget):
-        b_tiles = [load_b(n0, n) for n0, n in col_blocks]
+        b_blocks = [load_b(n0, n) for n0, n in col_blocks]
         for m0 in range(0, M, TILE_M):
             m = min(TILE_M, M - m0)
-            a_t = load_a(m0, m)
-            for (n0, n), b_t in zip(col_blocks, b_tiles):
-                block(a_t, b_t, m0, m, n0, n)
+            a_tiles = load_a(m0, m)
+            for (n0, n), b_tiles in zip(col_blocks, b_blocks):
+                block(a_tiles, b_tiles, m0, m, n0, n)
     else:
         for n0, n in col_blocks:
-            b_t = load_b(n0, n)
+            b_tiles = load_b(n0, n)
             for m0 in range(0, M, TILE_M):
                 m = min(TILE_M, M - m0)
-                block(load_a(m0, m), b_t, m0, m, n0, n)
+                block(load_a(m0, m), b_tiles, m0, m, n0, n)
     return out
 
 
