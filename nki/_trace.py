@@ -118,6 +118,7 @@ class Trace:
         self.constants: list = []  # (tensor id, numpy array) of nl.shared_constant, bound after the outputs
         self.shared: list = []  # (tensor id, bytes) of shared-HBM tensors the kernel allocates
         self.aliases: dict = {}  # (tensor id, dtype) -> the alias tensor reinterpreting its bytes
+        self.constant_tiles: dict = {}  # key -> an on-chip tile nl functions fill once and reuse
 
     def declare(self, shape, dtype: str, buffer: MemoryRegion, name: str, external: int = -1) -> int:
         file, line = source_location()

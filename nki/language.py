@@ -490,9 +490,20 @@ def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
     if x.shape[0] != 1:
         raise ValueError(f"broadcast_to: the partition dimension {x.shape[0]} is not 1 and differs from {shape[0]}")
     # Partition broadcast on the Tensor engine: ones[1, P].T @ row[1, F], a PSUM bank of columns
-    # (gemm_moving_fmax) at a time.
+    # (gemm_moving_fmax) at a time (AWS's architecture guide: what NKI does for broadcast_to).
+    # The ones row is filled once per kernel instance; the Scalar engine moves a float result from
+    # PSUM to SBUF, as Neuron's compiler evacuates matmul results, leaving the Vector engine to the
+    # element-wise work a broadcast feeds.
     P, F = shape[0], math.prod(shape[1:])
-    ones_row = full((1, P), 1.0, bfloat16 if x.dtype in (bfloat16, float16) else float32)
+    if P > tile_size.pmax:
+        raise ValueError(f"broadcast_to: {shape} has {P} partitions; an on-chip tile has at most "
+                         f"nl.tile_size.pmax = {tile_size.pmax}")
+    ones_dtype = bfloat16 if x.dtype in (bfloat16, float16) else float32
+    consts = current().constant_tiles
+    ones_row = consts.get(("ones_row", ones_dtype))
+    if ones_row is None:
+        ones_row = consts[("ones_row", ones_dtype)] = full((1, tile_size.pmax), 1.0, ones_dtype)
+    ones_row = ones_row[:, 0:P]
     row = view if view.buffer is sbuf else copy(view)
     row = row.reshape((1, F)) if row.is_contiguous() else copy(row).reshape((1, F))
     if ones_row.dtype != row.dtype and (row.dtype in (float32, tfloat32)) != (ones_row.dtype == float32):
@@ -502,8 +513,11 @@ def broadcast_to(x: NkiTensor, shape, dtype=None) -> NkiTensor:
     for f0 in range(0, F, step):
         n = builtins.min(step, F - f0)
         acc = ndarray((P, n), float32, psum)
-        nisa.nc_matmul(dst=acc, stationary=ones_row, moving=row[:, f0:f0 + n])
-        nisa.tensor_copy(dst=out[:, f0:f0 + n], src=acc)
+        nisa.nc_matmul(dst=acc, stationary=ones_row, moving=row[:, f0:f0 + n], is_stationary_onezero=True)
+        if is_integer(dt):
+            nisa.tensor_copy(dst=out[:, f0:f0 + n], src=acc)
+        else:
+            nisa.activation(dst=out[:, f0:f0 + n], op=copy, data=acc)
     return out.reshape(shape)
 
 

@@ -1460,6 +1460,26 @@ def test_nl_broadcast_to_partition_dim_bf16():
     assert got.dtype == torch.bfloat16 and torch.equal(got, row.expand(128, 64))
 
 
+def test_nl_broadcast_to_partition_dim_fills_ones_once_and_evacuates_psum_on_scalar_engine():
+    rows, ints = randn(3, 600, seed=4), np.arange(-40, 40, dtype=np.int32).reshape(1, 80)
+
+    def kernel(r, i):
+        t, ti = nl.load(r), nl.load(i)
+        outs = [to_hbm(nl.broadcast_to(t[k:k + 1, :], (128, 600))) for k in range(3)]
+        return (*outs, to_hbm(nl.broadcast_to(ti, (64, 80))))
+
+    *got, got_int = nki.simulate(kernel)(rows, ints)
+    for k in range(3):
+        np.testing.assert_array_equal(got[k], np.broadcast_to(rows[k:k + 1], (128, 600)))
+    np.testing.assert_array_equal(got_int, np.broadcast_to(ints, (64, 80)))
+    ops = [(engine, op) for _, _, engine, _, _, op, _, _ in nki.estimate(kernel, platform="trn1")(rows, ints)
+           .instructions()]
+    assert ops.count(("vector", "memset")) + ops.count(("gpsimd", "memset")) == 1  # one fp32 ones row for all four
+    # 600 columns are two PSUM banks: 3 x 2 float evacuations on ScalarE, the int32 one on VectorE
+    assert ops.count(("scalar", "activation")) == 6
+    assert ops.count(("tensor", "nc_matmul")) == 7
+
+
 def test_nl_where():
     x, y, col = randn(64, 40, seed=1), randn(64, 40, seed=2), randn(64, 1, seed=3)
     x[0, :4] = [np.inf, -np.inf, np.nan, 7.0]  # values never chosen must not leak into the result
