@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "cpu/transpose.h"
 #include "nki/executor.h"
 #include "nki/numerics.h"
 
@@ -101,7 +102,21 @@ std::optional<std::pair<size_t, size_t>> transposed_dims(const Access& src, cons
   return std::make_pair(x, y);
 }
 
+// Copies of at least this many elements split over the host's threads (a 128 x 512 fp32 tile).
+constexpr int64_t kParallelCopyElements = int64_t{1} << 16;
+
 }  // namespace
+
+bool Program::State::overlap(const Access& a, const Access& b) const {
+  const auto [alo, ahi] = a.span();
+  const auto [blo, bhi] = b.span();
+  const size_t as = dtype_size(dt(a)), bs = dtype_size(dt(b));
+  const uint8_t* a0 = base(a.tensor) + alo * as;
+  const uint8_t* a1 = base(a.tensor) + (ahi + 1) * as;
+  const uint8_t* b0 = base(b.tensor) + blo * bs;
+  const uint8_t* b1 = base(b.tensor) + (bhi + 1) * bs;
+  return a0 < b1 && b0 < a1;
+}
 
 template <class E>
 void Program::State::copy_raw_as(const Access& dst, const Access& src) {
@@ -121,12 +136,27 @@ void Program::State::copy_raw_as(const Access& dst, const Access& src) {
     const E* sb = reinterpret_cast<const E*>(base(src.tensor)) + src.offset;
     E* db = reinterpret_cast<E*>(base(dst.tensor)) + dst.offset;
     constexpr int64_t kB = 8;
-    std::vector<int64_t> idx(rest.size(), 0);
-    for (int64_t r = 0; r < outer; ++r) {
-      int64_t so = 0, dof = 0;
-      for (size_t k = 0; k < rest.size(); ++k) so += idx[k] * sd[rest[k]].stride, dof += idx[k] * dd[rest[k]].stride;
-      for (int64_t x0 = 0; x0 < sd[x].size; x0 += kB) {
-        const int64_t x1 = std::min(sd[x].size, x0 + kB);
+    // Tasks are (outer index, strip of kB along x): disjoint destination elements, so large copies
+    // (a matmul's a.T loads) split over the host's threads.
+    const int64_t strips = (sd[x].size + kB - 1) / kB;
+    // Unit strides on both dense dims, 4-byte elements (fp32 / int32 tiles): cpu/transpose.h, in
+    // SIMD registers where the host has them.
+    const bool unit = sizeof(E) == 4 && sd[x].stride == 1 && dd[y].stride == 1;
+    const auto body = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / strips, so = 0, dof = 0;
+        for (size_t k = rest.size(); k-- > 0;) {
+          const int64_t i = r % sd[rest[k]].size;
+          r /= sd[rest[k]].size;
+          so += i * sd[rest[k]].stride, dof += i * dd[rest[k]].stride;
+        }
+        const int64_t x0 = (t % strips) * kB, x1 = std::min(sd[x].size, x0 + kB);
+        if (unit) {
+          cpu::transpose32(reinterpret_cast<const uint32_t*>(sb + so + x0), sd[y].stride,
+                           reinterpret_cast<uint32_t*>(db + dof + x0 * dd[x].stride), dd[x].stride, x1 - x0,
+                           sd[y].size);
+          continue;
+        }
         for (int64_t y0 = 0; y0 < sd[y].size; y0 += kB) {
           const int64_t y1 = std::min(sd[y].size, y0 + kB);
           for (int64_t a = x0; a < x1; ++a) {
@@ -136,10 +166,12 @@ void Program::State::copy_raw_as(const Access& dst, const Access& src) {
           }
         }
       }
-      for (size_t k = rest.size(); k-- > 0;) {
-        if (++idx[k] < sd[rest[k]].size) break;
-        idx[k] = 0;
-      }
+    };
+    const int64_t tasks = outer * strips;
+    if (tasks > 1 && src.elements() >= kParallelCopyElements && !overlap(src, dst)) {
+      host_parallel_for()(tasks, body);
+    } else {
+      body(0, tasks);
     }
     return;
   }
@@ -183,15 +215,25 @@ void Program::State::copy(const Access& dst, const Access& src) {
     const size_t ss = dtype_size(sd), ds = dtype_size(dd);
     const uint8_t* sp = base(src.tensor) + src.offset * ss;
     uint8_t* dp = base(dst.tensor) + dst.offset * ds;
-    std::vector<float>& row = buf[5];
-    if (sd != dd) row.resize(ns);
-    for (int64_t p = 0; p < src.dims[0].size; ++p) {
-      if (sd == dd) {
-        std::memmove(dp + p * ldd * ds, sp + p * lds * ss, ns * ss);
+    const int64_t rows = src.dims[0].size;
+    if (sd == dd) {
+      const auto body = [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) std::memmove(dp + p * ldd * ds, sp + p * lds * ss, ns * ss);
+      };
+      // Large copies split their rows over the host's threads, unless the two sides share bytes
+      // (an alias of the other tensor), where the rows' order matters.
+      if (rows > 1 && rows * ns >= kParallelCopyElements && !overlap(src, dst)) {
+        host_parallel_for()(rows, body);
       } else {
-        decode_run(sd, sp + p * lds * ss, 1, ns, row.data());
-        encode_run(dd, row.data(), ns, dp + p * ldd * ds, 1);
+        body(0, rows);
       }
+      return;
+    }
+    std::vector<float>& row = buf[5];
+    row.resize(ns);
+    for (int64_t p = 0; p < rows; ++p) {
+      decode_run(sd, sp + p * lds * ss, 1, ns, row.data());
+      encode_run(dd, row.data(), ns, dp + p * ldd * ds, 1);
     }
     return;
   }

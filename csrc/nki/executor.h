@@ -98,6 +98,8 @@ struct Program::State {
   void scatter_raw(const Access& a, const std::vector<uint8_t>& in);
   // dst = src, converting dtypes through fp32; same-dtype copies move bits unchanged.
   void copy(const Access& dst, const Access& src);
+  // Whether two accesses' byte ranges intersect (one tensor, or an alias of the other's bytes).
+  bool overlap(const Access& a, const Access& b) const;
   void copy_raw(const Access& dst, const Access& src);
   template <class E>
   void copy_raw_as(const Access& dst, const Access& src);

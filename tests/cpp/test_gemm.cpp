@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/gemm.h"
+#include "cpu/transpose.h"
 
 namespace {
 
@@ -320,3 +321,25 @@ TEST(GemmPath, HalfToFloatIsExact) {
 }
 
 }  // namespace
+
+// The executor's transposing copies (cpu/transpose.h): every path that runs here moves every bit
+// pattern (NaNs included) to its transposed place, on full 8 x 8 blocks, ragged edges and padded
+// leading dimensions.
+TEST(Transpose32, EveryPathMatchesTheDefinitionBitForBit) {
+  std::mt19937 rng(7);
+  for (GemmPath path : {GemmPath::kScalar, GemmPath::kAvx2}) {
+    if (!gemm_path_supported(path)) continue;
+    for (auto [na, nb] : {std::pair<int64_t, int64_t>{8, 8}, {16, 24}, {13, 7}, {1, 30}, {33, 1}, {64, 129}}) {
+      const int64_t lds = na + 3, ldd = nb + 5;
+      std::vector<uint32_t> src(nb * lds), dst(na * ldd, 0xdeadbeefu);
+      for (auto& v : src) v = rng();
+      transpose32(src.data(), lds, dst.data(), ldd, na, nb, path);
+      for (int64_t a = 0; a < na; ++a) {
+        for (int64_t b = 0; b < nb; ++b) {
+          ASSERT_EQ(dst[a * ldd + b], src[b * lds + a]) << gemm_path_name(path) << " " << na << "x" << nb;
+        }
+        for (int64_t b = nb; b < ldd; ++b) ASSERT_EQ(dst[a * ldd + b], 0xdeadbeefu) << "wrote past a row";
+      }
+    }
+  }
+}

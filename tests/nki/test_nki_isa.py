@@ -1996,6 +1996,26 @@ def test_dma_copy_of_a_permuted_window_transposes(dtype):
     np.testing.assert_array_equal(nki.simulate(k)(x), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_large_transposing_and_dense_copies_move_every_bit(dtype):
+    # Large enough for the executor's threaded and SIMD copies (cpu/transpose.h); every 32-bit
+    # pattern, NaN payloads included, lands in its place; ragged sizes leave partial 8 x 8 blocks.
+    x = rng(31).integers(0, 2**32, (700, 200), dtype=np.uint64).astype(np.uint32).view(dtype)
+
+    def k(xt):
+        d = nl.ndarray((128, 3, 605), xt.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=0)
+        nisa.dma_copy(dst=d[0:123, 1, 0:605], src=xt[3:608, 70:193].permute((1, 0)))
+        nisa.dma_copy(dst=d[0:128, 2, 0:605], src=xt[90:695, 0:128].permute((1, 0)))
+        return to_hbm(d)
+
+    want = np.zeros((128, 3, 605), dtype)
+    want[:123, 1, :] = x[3:608, 70:193].T
+    want[:, 2, :] = x[90:695, 0:128].T
+    got = np.asarray(nki.simulate(k)(x))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_dma_copy_of_a_3d_access_pattern_transposes(dtype):
     # The shipped matmul's a.T load of every full K tile at once: [p, kt, i] = x[r0 + i, kt * 16 + p].
