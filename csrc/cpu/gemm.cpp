@@ -379,8 +379,21 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
     pack_panel(MatrixRef{b.data, b.dtype, b.cs, b.rs}, N, terms[t].K, q * mk.nr, mk.nr, mk.panel,
                const_cast<char*>(b_panel(t, q)));
   };
-  for (size_t t = 0; t < nt; ++t) {
-    for (int64_t i = 0; i < (split_n ? rp : cp); ++i) split_n ? pack_a(t, i) : pack_b(t, i);
+  // The side every task reads is packed first, by every thread when the product is threaded (the
+  // pool's threads wait between two parallel regions; a serial packing phase left one idle).
+  const int64_t shared = split_n ? rp : cp;
+  const auto pack_shared = [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const size_t t = static_cast<size_t>(k / shared);
+      split_n ? pack_a(t, k % shared) : pack_b(t, k % shared);
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t shared_panels = static_cast<int64_t>(nt) * shared;
+  if (threaded && shared_panels > 1) {
+    (*options.parallel)(shared_panels, pack_shared);
+  } else {
+    pack_shared(0, shared_panels);
   }
 
   auto body = [&](int64_t lo, int64_t hi) {
@@ -423,7 +436,6 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
       }
     }
   };
-  const auto start = std::chrono::steady_clock::now();
   if (threaded) {
     (*options.parallel)(tasks, body);
   } else {
