@@ -4,7 +4,7 @@
 
 One run measures everything and rewrites the compile section of docs/performance.md:
 - a training step (forward, loss backward, AdamW) of a ~30M-parameter Llama, batch 4 x 128;
-- a batch-1 decode step of the same model against a 256-token static KV cache;
+- a batch-1 decode step of the same model, one token appended to a static KV cache after a 128-token prompt;
 - cold and warm compile time of a 2-layer Llama forward + backward, each in a fresh process
   (cold: an empty Inductor cache directory; warm: the same directory again).
 Step times are medians; the three variants alternate step by step so that the machine's noise
@@ -93,18 +93,18 @@ def decode(steps: int) -> dict:
     for name, device, compiled in (("eager neuron", "neuron", False), ("compiled neuron", "neuron", True),
                                    ("Inductor CPU", "cpu", True)):
         model = llama(**cfg, device=device).eval()
-        cache = StaticCache(config=model.config, max_cache_len=256)
+        cache = StaticCache(config=model.config, max_cache_len=128 + 3 + steps)  # prompt, warm-up, timed steps
         prompt = torch.randint(1, cfg["vocab"], (1, 128), device=device)
         with torch.no_grad():
-            model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(128, device=device))
+            model(input_ids=prompt, cache=cache)
         fwd = torch.compile(model.forward, backend="neuron" if device == "neuron" else "inductor") if compiled \
             else model.forward
         tok = torch.randint(1, cfg["vocab"], (1, 1), device=device)
-        pos = torch.tensor([128], device=device)  # the same slot every step: a steady-state decode step
 
-        def step(fwd=fwd, tok=tok, pos=pos, cache=cache, device=device):
+        # Each step appends one token to the static cache (its position comes from the cache's length).
+        def step(fwd=fwd, tok=tok, cache=cache, device=device):
             with torch.no_grad():
-                fwd(input_ids=tok, past_key_values=cache, cache_position=pos)
+                fwd(input_ids=tok, cache=cache)
             if device == "neuron":
                 torch.neuron.synchronize()
 
@@ -172,8 +172,8 @@ def section(train: dict, dec: dict, comp: dict, info: dict) -> str:
         "",
         f"Measured {info['date']} on {info['cpu']}, {info['threads']} threads, torch {info['torch']}. "
         f"Model: Llama, {train['params'] / 1e6:.1f}M parameters (6 layers, hidden 512). Training step: "
-        "batch 4 × 128 tokens, forward + loss backward + AdamW. Decode step: batch 1, one token against a "
-        "256-token static KV cache. The three variants alternate step by step; medians. Load average "
+        "batch 4 × 128 tokens, forward + loss backward + AdamW. Decode step: batch 1, one token appended to "
+        "a static KV cache holding a 128-token prompt and the steps before it. The three variants alternate step by step; medians. Load average "
         f"{info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end (other processes share the "
         "2 cores: compile times grow with it; the same-run ratios much less).",
         "",
