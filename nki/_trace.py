@@ -361,19 +361,15 @@ class NkiTensor(NKIObject):
                 strides.append(st)
                 continue
             k = key[d]
-            tk = type(k)
-            if tk is slice:
+            if type(k) is slice:  # slice cannot be subclassed
                 start, stop, step = k.start, k.stop, k.step
                 step = 1 if step is None else int(step)
                 if step < 1:
                     raise IndexError(f"slice step must be >= 1, got {step}")
                 start = 0 if start is None else int(start)
                 stop = n if stop is None else int(stop)
-            elif tk is ds:
+            elif isinstance(k, ds):
                 start, stop, step = k.start, k.start + k.size, 1
-            elif isinstance(k, (slice, ds)):  # subclasses
-                return self[key[:d] + (k.as_slice() if isinstance(k, ds) else slice(k.start, k.stop, k.step),)
-                            + key[d + 1:]]
             else:
                 try:
                     i = int(k)

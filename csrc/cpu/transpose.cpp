@@ -45,22 +45,6 @@ void block_avx2(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd) {
   for (int k = 0; k < 8; ++k) _mm256_storeu_ps(reinterpret_cast<float*>(dst + k * ldd), t[k]);
 }
 
-void transpose_avx2(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t na, int64_t nb) {
-  for (int64_t a0 = 0; a0 < na; a0 += kB) {
-    const int64_t ma = std::min(kB, na - a0);
-    for (int64_t b0 = 0; b0 < nb; b0 += kB) {
-      const int64_t mb = std::min(kB, nb - b0);
-      const uint32_t* s = src + b0 * lds + a0;
-      uint32_t* d = dst + a0 * ldd + b0;
-      if (ma == kB && mb == kB) {
-        block_avx2(s, lds, d, ldd);
-      } else {
-        block_scalar(s, lds, d, ldd, ma, mb);
-      }
-    }
-  }
-}
-
 #pragma GCC pop_options
 #endif
 
@@ -69,13 +53,23 @@ void transpose_avx2(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd
 void transpose32(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t na, int64_t nb,
                  GemmPath path) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (path != GemmPath::kScalar) return transpose_avx2(src, lds, dst, ldd, na, nb);
-#endif
+  const bool avx2 = path != GemmPath::kScalar;
+#else
   (void)path;
+#endif
   for (int64_t a0 = 0; a0 < na; a0 += kB) {
+    const int64_t ma = std::min(kB, na - a0);
     for (int64_t b0 = 0; b0 < nb; b0 += kB) {
-      block_scalar(src + b0 * lds + a0, lds, dst + a0 * ldd + b0, ldd, std::min(kB, na - a0),
-                   std::min(kB, nb - b0));
+      const int64_t mb = std::min(kB, nb - b0);
+      const uint32_t* s = src + b0 * lds + a0;
+      uint32_t* d = dst + a0 * ldd + b0;
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (avx2 && ma == kB && mb == kB) {
+        block_avx2(s, lds, d, ldd);
+        continue;
+      }
+#endif
+      block_scalar(s, lds, d, ldd, ma, mb);
     }
   }
 }

@@ -1977,23 +1977,31 @@ def test_dma_transpose(shape, hwdge):
         np.testing.assert_array_equal(nki.simulate(from_sbuf)(x), x.T)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
-def test_dma_copy_of_a_permuted_window_transposes(dtype):
-    # The shipped matmul's a.T load on NeuronCore-v3+: a window of HBM, permuted, into one slot of a
-    # 3-D SBUF tile (the executor copies such strided pairs in blocks; sizes not a multiple of them).
-    x = (rng(23).standard_normal((50, 100)) * 20).astype(dtype)
+def _check_permuted_windows(x, tile_shape, windows):
+    """DMA-copies each window ``x[r0:r0 + f, c0:c0 + p].permute((1, 0))`` of HBM into
+    ``d[0:p, slot, 0:f]`` of a zeroed 3-D SBUF tile (the shipped matmul's a.T loads on
+    NeuronCore-v3+) and compares every bit with numpy's transposes. ``windows``: (slot, r0, c0, p)."""
+    f = tile_shape[2]
 
     def k(xt):
-        d = nl.ndarray((70, 3, 37), xt.dtype, buffer=nl.sbuf)
+        d = nl.ndarray(tile_shape, xt.dtype, buffer=nl.sbuf)
         nisa.memset(dst=d, value=0)
-        nisa.dma_copy(dst=d[0:70, 1, 0:37], src=xt[5:42, 20:90].permute((1, 0)))
-        nisa.dma_copy(dst=d[0:70, 2, 0:37], src=xt[13:50, 30:100].permute((1, 0)))
+        for slot, r0, c0, p in windows:
+            nisa.dma_copy(dst=d[0:p, slot, 0:f], src=xt[r0:r0 + f, c0:c0 + p].permute((1, 0)))
         return to_hbm(d)
 
-    want = np.zeros((70, 3, 37), dtype)
-    want[:, 1, :] = x[5:42, 20:90].T
-    want[:, 2, :] = x[13:50, 30:100].T
-    np.testing.assert_array_equal(nki.simulate(k)(x), want)
+    want = np.zeros(tile_shape, x.dtype)
+    for slot, r0, c0, p in windows:
+        want[:p, slot, :] = x[r0:r0 + f, c0:c0 + p].T
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    np.testing.assert_array_equal(np.asarray(nki.simulate(k)(x)).view(bits), want.view(bits))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
+def test_dma_copy_of_a_permuted_window_transposes(dtype):
+    # The executor copies such strided pairs in blocks; sizes not a multiple of them.
+    x = (rng(23).standard_normal((50, 100)) * 20).astype(dtype)
+    _check_permuted_windows(x, (70, 3, 37), [(1, 5, 20, 70), (2, 13, 30, 70)])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
@@ -2001,19 +2009,7 @@ def test_large_transposing_and_dense_copies_move_every_bit(dtype):
     # Large enough for the executor's threaded and SIMD copies (cpu/transpose.h); every 32-bit
     # pattern, NaN payloads included, lands in its place; ragged sizes leave partial 8 x 8 blocks.
     x = rng(31).integers(0, 2**32, (700, 200), dtype=np.uint64).astype(np.uint32).view(dtype)
-
-    def k(xt):
-        d = nl.ndarray((128, 3, 605), xt.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=d, value=0)
-        nisa.dma_copy(dst=d[0:123, 1, 0:605], src=xt[3:608, 70:193].permute((1, 0)))
-        nisa.dma_copy(dst=d[0:128, 2, 0:605], src=xt[90:695, 0:128].permute((1, 0)))
-        return to_hbm(d)
-
-    want = np.zeros((128, 3, 605), dtype)
-    want[:123, 1, :] = x[3:608, 70:193].T
-    want[:, 2, :] = x[90:695, 0:128].T
-    got = np.asarray(nki.simulate(k)(x))
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    _check_permuted_windows(x, (128, 3, 605), [(1, 3, 70, 123), (2, 90, 0, 128)])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -59,6 +59,7 @@ def matmul_kernel(a, b):
 
     def load_a(m0, m):
         a_t = nl.ndarray((P, n_k, m), dtype=a.dtype, buffer=nl.sbuf)
+        tiles = [a_t[0:k, kt, 0:m] for kt, k in enumerate(k_rows)]
         if dma_transpose:
             # Whole K tiles in one transposing DMA (a decode row's 128 tiny loads would each pay a
             # DMA's fixed cost), the ragged last tile on its own.
@@ -67,17 +68,15 @@ def matmul_kernel(a, b):
                 src = a.ap([[1, P], [P, full], [K, m]], offset=m0 * K)  # [p, kt, i] = a[m0 + i, kt * P + p]
                 nisa.dma_copy(dst=a_t[0:P, 0:full, 0:m], src=src)
             if full < n_k:
-                k = K - full * P
-                nisa.dma_copy(dst=a_t[0:k, full, 0:m], src=a[m0:m0 + m, full * P:K].permute((1, 0)))
-            return [a_t[0:k, kt, 0:m] for kt, k in enumerate(k_rows)]
+                nisa.dma_copy(dst=tiles[full], src=a[m0:m0 + m, full * P:K].permute((1, 0)))
+            return tiles
         rows = nl.ndarray((m, K), dtype=a.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=rows, src=a[m0:m0 + m, 0:K])
-        for kt in range(n_k):
-            k = min(P, K - kt * P)
+        for kt, k in enumerate(k_rows):
             t = nl.ndarray((k, m), dtype=a.dtype, buffer=nl.psum)
             nisa.nc_transpose(dst=t, data=rows[0:m, kt * P:kt * P + k])
-            nisa.tensor_copy(dst=a_t[0:k, kt, 0:m], src=t)
-        return [a_t[0:k, kt, 0:m] for kt, k in enumerate(k_rows)]
+            nisa.tensor_copy(dst=tiles[kt], src=t)
+        return tiles
 
     def block(a_tiles, b_tiles, m0, m, n0, n):
         acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
