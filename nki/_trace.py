@@ -373,7 +373,7 @@ class NkiTensor(NKIObject):
             else:
                 try:
                     i = int(k)
-                except TypeError:
+                except (TypeError, ValueError):  # a tensor, a string, None
                     raise TypeError(f"index {k!r} is not an int, a slice or nl.ds") from None
                 if i < 0:
                     i += n

@@ -1570,6 +1570,15 @@ def test_on_chip_integer_indexing_rules():
                       "t[0,...,:]": (1, 64, 64), "t[-1]": (1, 64, 64), "h[0,:,:]": (128, 32), "h[1,2]": (32,)}
 
 
+@pytest.mark.parametrize("index", ["a", None, [1, 2]])
+def test_an_index_that_is_not_an_int_slice_or_ds_is_a_type_error(index):
+    def k(x):
+        return to_hbm(nl.copy(nl.load(x)[0:4, index]))
+
+    with pytest.raises(TypeError, match=r"is not an int, a slice or nl\.ds"):
+        nki.simulate(k)(randn(4, 8))
+
+
 def test_view_indexing_reads_the_right_elements():
     a = randn(64, 4, 16)
 
