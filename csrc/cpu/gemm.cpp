@@ -193,6 +193,40 @@ void pack_panel(const MatrixRef& x, int64_t R, int64_t K, int64_t r0, int P, Pan
   }
 }
 
+// pack_f32 for panels [p0, p1) at once when x's columns are contiguous (x.rs == 1: an NKI tile
+// read along its free dimension), k outermost: each column of x is read once, front to back.
+// Panel by panel, each would read a few elements of every column, and columns a multiple of
+// 4 KiB apart (SBUF partitions) share cache sets, so the next panel's reads missed again.
+template <class E>
+void pack_f32_columns(const MatrixRef& x, int64_t R, int64_t K, int64_t p0, int64_t p1, int P, float* base) {
+  const auto* src = static_cast<const typename E::T*>(x.data);
+  for (int64_t k = 0; k < K; ++k) {
+    const auto* s = src + k * x.cs;
+    for (int64_t p = p0; p < p1; ++p) {
+      float* d = base + (p * K + k) * P;
+      const int64_t r0 = p * P, rows = std::min<int64_t>(P, R - r0);
+      for (int64_t i = 0; i < rows; ++i) d[i] = E::load(s[r0 + i]);
+      for (int64_t i = rows; i < P; ++i) d[i] = 0.0f;
+    }
+  }
+}
+
+// Panels [p0, p1) of x, panel p (rows [p * P, p * P + P)) at `base` + p * P * depth words.
+void pack_panels(const MatrixRef& x, int64_t R, int64_t K, int64_t p0, int64_t p1, int P, Panel panel, void* base) {
+  if (panel == Panel::kFloat32 && x.rs == 1 && x.cs != 1) {
+    float* d = static_cast<float*>(base);
+    switch (x.dtype) {
+      case Dtype::kFloat32: return pack_f32_columns<F32>(x, R, K, p0, p1, P, d);
+      case Dtype::kBFloat16: return pack_f32_columns<BF16>(x, R, K, p0, p1, P, d);
+      case Dtype::kFloat16: return pack_f32_columns<F16>(x, R, K, p0, p1, P, d);
+    }
+  }
+  const int64_t depth = panel == Panel::kBf16Pairs ? (K + 1) / 2 : K;
+  for (int64_t p = p0; p < p1; ++p) {
+    pack_panel(x, R, K, p * P, P, panel, static_cast<uint32_t*>(base) + p * P * depth);
+  }
+}
+
 // Whether a product wakes the host's threads. A parallel region costs microseconds on an idle
 // machine and milliseconds when its cores are shared with other work (the pool's threads wait
 // for a time slice): the choice follows measurement. Per size class, the speed of recent
@@ -370,22 +404,25 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
     const char* base = terms[t].packed_b ? terms[t].packed_b : pb + b_at[t] * kWord;
     return base + q * mk.nr * depth[t] * kWord;
   };
-  auto pack_a = [&](size_t t, int64_t p) {
-    pack_panel(terms[t].a, M, terms[t].K, p * mk.mr, mk.mr, mk.panel, a_panel(t, p));
+  // Panels [p0, p1) of term t's A or B.
+  auto pack_a = [&](size_t t, int64_t p0, int64_t p1) {
+    pack_panels(terms[t].a, M, terms[t].K, p0, p1, mk.mr, mk.panel, a_panel(t, 0));
   };
-  auto pack_b = [&](size_t t, int64_t q) {
+  auto pack_b = [&](size_t t, int64_t q0, int64_t q1) {
     if (terms[t].packed_b) return;
     const MatrixRef& b = terms[t].b;  // B's columns are the rows of its panels
-    pack_panel(MatrixRef{b.data, b.dtype, b.cs, b.rs}, N, terms[t].K, q * mk.nr, mk.nr, mk.panel,
-               const_cast<char*>(b_panel(t, q)));
+    pack_panels(MatrixRef{b.data, b.dtype, b.cs, b.rs}, N, terms[t].K, q0, q1, mk.nr, mk.panel,
+                const_cast<char*>(b_panel(t, 0)));
   };
   // The side every task reads is packed first, by every thread when the product is threaded (the
   // pool's threads wait between two parallel regions; a serial packing phase left one idle).
   const int64_t shared = split_n ? rp : cp;
   const auto pack_shared = [&](int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) {
-      const size_t t = static_cast<size_t>(k / shared);
-      split_n ? pack_a(t, k % shared) : pack_b(t, k % shared);
+    while (lo < hi) {  // [lo, hi) over the terms' panels in turn
+      const size_t t = static_cast<size_t>(lo / shared);
+      const int64_t p0 = lo % shared, p1 = std::min(shared, p0 + hi - lo);
+      split_n ? pack_a(t, p0, p1) : pack_b(t, p0, p1);
+      lo += p1 - p0;
     }
   };
   const auto start = std::chrono::steady_clock::now();
@@ -400,9 +437,7 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
     alignas(64) float edge[12 * 32];
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t s0 = task * per_task, s1 = std::min(own, s0 + per_task);
-      for (size_t t = 0; t < nt; ++t) {
-        for (int64_t i = s0; i < s1; ++i) split_n ? pack_b(t, i) : pack_a(t, i);
-      }
+      for (size_t t = 0; t < nt; ++t) split_n ? pack_b(t, s0, s1) : pack_a(t, s0, s1);
       const int64_t p0 = split_n ? 0 : s0, p1 = split_n ? rp : s1, q0 = split_n ? s0 : 0, q1 = split_n ? s1 : cp;
       bool first = !options.accumulate;  // the first K block overwrites C
       for (size_t t = 0; t < nt; ++t) {
@@ -459,14 +494,40 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
 }
 
 void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath path, PackedB& out) {
+  pack_b({PackBJob{K, N, b, a_dtype, &out}}, path, nullptr);
+}
+
+void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor* parallel) {
   check_supported(path);
-  const MicroKernel mk = kernel_for(path, a_dtype, b.dtype);
-  const int64_t depth = mk.panel == Panel::kBf16Pairs ? (K + 1) / 2 : K, cp = (N + mk.nr - 1) / mk.nr;
-  out.path = path, out.a_dtype = a_dtype, out.b_dtype = b.dtype, out.K = K, out.N = N;
-  out.words.resize(static_cast<size_t>(std::max<int64_t>(0, cp * mk.nr * depth)));
-  const MatrixRef bt{b.data, b.dtype, b.cs, b.rs};
-  for (int64_t q = 0; q < cp && K > 0; ++q) {
-    pack_panel(bt, N, K, q * mk.nr, mk.nr, mk.panel, out.words.data() + q * mk.nr * depth);
+  std::vector<MicroKernel> mks;
+  std::vector<int64_t> first(jobs.size() + 1, 0);  // panels of the jobs before each one
+  int64_t elements = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const PackBJob& job = jobs[j];
+    const MicroKernel mk = kernel_for(path, job.a_dtype, job.b.dtype);
+    const int64_t depth = mk.panel == Panel::kBf16Pairs ? (job.K + 1) / 2 : job.K, cp = (job.N + mk.nr - 1) / mk.nr;
+    PackedB& out = *job.out;
+    out.path = path, out.a_dtype = job.a_dtype, out.b_dtype = job.b.dtype, out.K = job.K, out.N = job.N;
+    out.words.resize(static_cast<size_t>(std::max<int64_t>(0, cp * mk.nr * depth)));
+    mks.push_back(mk);
+    first[j + 1] = first[j] + (job.K > 0 ? cp : 0);
+    elements += std::max<int64_t>(0, job.K) * job.N;
+  }
+  const auto body = [&](int64_t lo, int64_t hi) {
+    for (size_t j = 0; j < jobs.size() && lo < hi; ++j) {
+      const int64_t q0 = std::max(lo, first[j]), q1 = std::min(hi, first[j + 1]);
+      if (q0 >= q1) continue;
+      const PackBJob& job = jobs[j];
+      pack_panels(MatrixRef{job.b.data, job.b.dtype, job.b.cs, job.b.rs}, job.N, job.K, q0 - first[j], q1 - first[j],
+                  mks[j].nr, mks[j].panel, job.out->words.data());
+    }
+  };
+  // A 128 x 512 fp32 tile and up is worth waking the pool for (packing only moves memory).
+  constexpr int64_t kParallelPackElements = int64_t{1} << 16;
+  if (parallel && *parallel && first.back() > 1 && elements >= kParallelPackElements) {
+    (*parallel)(first.back(), body);
+  } else {
+    body(0, first.back());
   }
 }
 

@@ -83,6 +83,17 @@ struct PackedB {
 };
 void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath path, PackedB& out);
 
+// Several B packed at once, their panels split over `parallel`'s threads when there are enough
+// of them: each `out` is what pack_b gives. An `out` keeps its storage when packed again with
+// the same shape (no allocation, no clearing).
+struct PackBJob {
+  int64_t K, N;
+  MatrixRef b;
+  Dtype a_dtype;
+  PackedB* out;  // not owned; distinct per job
+};
+void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor* parallel);
+
 // gemm() with B packed beforehand: the same results as with B itself.
 void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options);
 

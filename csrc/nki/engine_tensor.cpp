@@ -137,10 +137,13 @@ size_t Program::State::matmul(const Instr* in, size_t n) {
     out = R.data();
   }
   // One term per matmul. The moving tile is often the same SBUF data for many matmuls (one
-  // column block of b against every row block of a): it is packed once per version of its tensor.
+  // column block of b against every row block of a): it is packed once per version of its tensor,
+  // the terms' tiles read in place together over the host's threads.
   const cpu::GemmOptions options = cpu::default_gemm_options(&host_parallel_for(), add);
   std::vector<cpu::GemmTerm>& terms = terms_;
+  std::vector<cpu::PackBJob>& jobs = pack_jobs_;
   terms.clear();
+  jobs.clear();
   for (size_t j = 0; j < n; ++j) {
     const Access &sj = in[j].args[1], &mv = in[j].args[2];
     const int64_t K = sj.partitions();
@@ -148,18 +151,31 @@ size_t Program::State::matmul(const Instr* in, size_t n) {
     int64_t ld = 0;
     if (j > 0 && !in_place_operand(sj, M, &ld)) break;
     const cpu::MatrixRef a = matmul_operand(sj, M, true, 1);
-    PackedMoving& pm = packed_moving_[(static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset];
-    const bool fresh = pm.version == version_[mv.tensor] && pm.offset == mv.offset && same_dims(pm.dims, mv.dims) &&
-                       pm.b.path == options.path && pm.b.a_dtype == a.dtype && pm.b.K == K && pm.b.N == N;
+    // Keyed by where the tile starts in the arena: tiles that take over a place take over its
+    // entry, so a program holds about one SBUF of packed tiles however many it loads.
+    const TensorDecl& decl = p.k_.tensors[mv.tensor];
+    const int64_t key = decl.external < 0 ? p.offset_[mv.tensor] + mv.offset * static_cast<int64_t>(dtype_size(decl.dtype))
+                                          : -1 - ((static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset);
+    PackedMoving& pm = p.packed_moving_[key];
+    const bool fresh = pm.tensor == mv.tensor && pm.version == version_[mv.tensor] && pm.offset == mv.offset &&
+                       same_dims(pm.dims, mv.dims) && pm.b.path == options.path && pm.b.a_dtype == a.dtype &&
+                       pm.b.K == K && pm.b.N == N;
     if (!fresh) {
       bool in_use = false;  // by an earlier term of this sum (the same key, another view)
       for (const cpu::GemmTerm& t : terms) in_use = in_use || t.b == &pm.b;
       if (in_use) break;
-      cpu::pack_b(K, N, matmul_operand(mv, N, false, 2), a.dtype, options.path, pm.b);
-      pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+      const bool in_place = in_place_operand(mv, N, &ld);
+      const cpu::MatrixRef b = matmul_operand(mv, N, false, 2);
+      if (in_place) {
+        jobs.push_back({K, N, b, a.dtype, &pm.b});
+      } else {  // gathered into buf[2]: packed before the next term's gather reuses it
+        cpu::pack_b(K, N, b, a.dtype, options.path, pm.b);
+      }
+      pm.tensor = mv.tensor, pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
     }
     terms.push_back({a, &pm.b});
   }
+  cpu::pack_b(jobs, options.path, &host_parallel_for());
   cpu::gemm_sum(M, terms, out, ldo, options);
   if (!direct) accumulate_psum(in[0], dst, R, M, N);
   return terms.size();

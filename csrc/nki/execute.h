@@ -4,15 +4,18 @@
 // is planned once from the tensors' live ranges, so a kernel that allocates a fresh tile in
 // every iteration of an unrolled loop reuses memory as the compiler's allocator would.
 // Newly allocated on-chip memory is filled with NaN (float) or 4 (integer), as AWS's
-// simulator does, so reading uninitialized data shows. External tensors (kernel inputs and
+// simulator does, so reading uninitialized data shows (memory wholly written before anything
+// reads it is not filled: nothing could see the sentinels). External tensors (kernel inputs and
 // outputs, in HBM) are caller memory: run() reads and writes it in place.
 #pragma once
 
 #include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "cpu/gemm.h"
 #include "nki/ir.h"
 
 namespace neuron::nki {
@@ -63,6 +66,7 @@ class Program {
   struct State;
   void plan();
   void prepare(size_t i);  // fresh memory for the tensors that come alive at instruction i
+  bool written_before_read(int t, size_t i) const;
   void check_external(const std::vector<void*>& external) const;
 
   Kernel k_;
@@ -71,6 +75,17 @@ class Program {
   std::vector<uint8_t> arena_;
   std::vector<uint8_t> psum_written_;       // per arena byte: a matmul wrote this PSUM element
   std::vector<uint8_t> fill_patterns_[16];  // per dtype: 4096 encoded sentinels
+  std::vector<int8_t> fill_;                 // per tensor: 1 sentinels, 0 none needed, -1 not known yet
+  // Moving tiles packed for the host GEMM, by arena position, valid for (tensor, offset, dims)
+  // while the tensor's version in the running launch holds; kept across launches for their
+  // storage only.
+  struct PackedMoving {
+    int tensor = -1;
+    int64_t version = -1, offset = 0;
+    std::vector<Dim> dims;
+    cpu::PackedB b;
+  };
+  std::unordered_map<int64_t, PackedMoving> packed_moving_;
   std::mutex mu_;
 };
 

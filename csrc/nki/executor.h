@@ -55,7 +55,9 @@ void for_runs(const Access& a, F&& f) {
 }
 
 struct Program::State {
-  State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {}
+  State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {
+    for (auto& [key, pm] : p.packed_moving_) pm.version = -1;  // versions count from 0 in each launch
+  }
   Program& p;
   const std::vector<void*>& ext;
   float act_regs[128] = {};  // Scalar engine's per-partition reduce registers
@@ -138,13 +140,7 @@ struct Program::State {
   // A matmul operand as the host GEMM reads it (in place when dense, else gathered to buf[slot]).
   cpu::MatrixRef matmul_operand(const Access& a, int64_t X, bool stationary, int slot);
   bool in_place_operand(const Access& a, int64_t X, int64_t* ld) const;
-  // Moving tiles packed for the GEMM, by (tensor, offset), valid while the tensor's version holds.
-  struct PackedMoving {
-    int64_t version = -1, offset = 0;
-    std::vector<Dim> dims;
-    cpu::PackedB b;
-  };
-  std::unordered_map<int64_t, PackedMoving> packed_moving_;
+  std::vector<cpu::PackBJob> pack_jobs_;
 
   // ---- GpSimd (engine_gpsimd.cpp) ----
   // iota's / affine_select's affine value per element (offset, channel_multiplier, pattern).

@@ -1,7 +1,8 @@
 // The memory plan: one arena holds every SBUF/PSUM tensor (and HBM scratch the kernel
 // allocates), placed once from the tensors' live ranges so tensors that are never alive
 // together share bytes, as the compiler's allocator does. Memory that comes alive is filled
-// with NaN / 4 sentinels, so reading uninitialized data shows.
+// with NaN / 4 sentinels, so reading uninitialized data shows, unless it is wholly written
+// before anything reads it.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -59,6 +60,63 @@ void Program::plan() {
   }
   arena_.assign(top, 0);
   psum_written_.assign(top, 0);
+  fill_.assign(nt, -1);  // decided by the first run (building a program, for the estimate too, stays cheap)
+}
+
+namespace {
+
+// Instructions whose dst (operand 0) is written whole from their other operands, never read.
+bool plain_write(const Instr& in) {
+  switch (in.op) {
+    case Op::kDmaCopy:
+    case Op::kTensorCopy:
+    case Op::kTranspose:
+    case Op::kMemset:
+    case Op::kIota:
+      return true;
+    case Op::kMatmul:  // the first write to a PSUM element overwrites it, unless accumulate=True
+      return int_attr(in, "accumulate", -1) != 1;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// Whether tensor t, alive from instruction i, is wholly written by plain writes of static
+// accesses before anything reads it (within a few instructions): then its sentinels could never
+// be seen, and filling it is skipped. An aliased tensor is always filled.
+bool Program::written_before_read(int t, size_t i) const {
+  constexpr size_t kWindow = 64;
+  constexpr int64_t kMaxElements = int64_t{1} << 26;
+  const int64_t n = k_.tensors[t].elements();
+  if (n <= 0 || n > kMaxElements) return false;
+  for (const TensorDecl& d : k_.tensors) {
+    if (d.alias == t) return false;
+  }
+  std::vector<uint8_t> seen;
+  int64_t covered = 0;
+  for (size_t j = i; j < k_.instrs.size() && j < i + kWindow; ++j) {
+    const Instr& in = k_.instrs[j];
+    bool writes = false;
+    for (size_t a = 0; a < in.args.size(); ++a) {
+      const Access& x = in.args[a];
+      if (!x.present() || (x.tensor != t && x.index.tensor != t)) continue;
+      if (a != 0 || x.index.present() || !plain_write(in)) return false;  // read (or written another way) first
+      writes = true;
+    }
+    if (!writes) continue;
+    if (seen.empty()) seen.assign(static_cast<size_t>(n), 0);
+    for_runs(in.args[0], [&](int64_t off, int64_t stride, int64_t count, int64_t) {
+      for (int64_t e = 0; e < count; ++e) {
+        uint8_t& s = seen[static_cast<size_t>(off + e * stride)];
+        covered += s == 0;
+        s = 1;
+      }
+    });
+    if (covered == n) return true;
+  }
+  return false;
 }
 
 void Program::check_external(const std::vector<void*>& external) const {
@@ -72,6 +130,9 @@ void Program::check_external(const std::vector<void*>& external) const {
 void Program::prepare(size_t i) {
   for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
     const TensorDecl& d = k_.tensors[t];
+    if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, d.elements());
+    if (fill_[t] < 0) fill_[t] = written_before_read(t, i) ? 0 : 1;
+    if (fill_[t] == 0) continue;
     // The sentinel pattern is encoded once per dtype, then copied.
     const int64_t n = d.elements();
     const size_t es = dtype_size(d.dtype);
@@ -83,7 +144,6 @@ void Program::prepare(size_t i) {
     }
     uint8_t* dst = arena_.data() + offset_[t];
     for (int64_t i = 0; i < n; i += 4096) std::memcpy(dst + i * es, pattern.data(), std::min<int64_t>(4096, n - i) * es);
-    if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
   }
 }
 

@@ -217,6 +217,39 @@ TEST_P(GemmPaths, PrepackedBGivesTheSameResults) {
   }
 }
 
+TEST_P(GemmPaths, PackingSeveralBAtOnceOverThreadsGivesWhatEachPackGives) {
+  // The NKI executor packs a chain's moving tiles together over the host's threads, into
+  // PackedB it packed before (same shape: storage kept): each must hold pack_b's panels.
+  const auto [path, dtype] = GetParam();
+  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::vector<std::thread> ts;
+    for (int64_t t = 0; t < 3; ++t) ts.emplace_back(body, n * t / 3, n * (t + 1) / 3);
+    for (auto& t : ts) t.join();
+  };
+  const Shape shapes[] = {{0, 512, 128}, {0, 257, 300}, {0, 31, 7}, {0, 16, 1}, {0, 700, 128}};
+  std::mt19937 rng(5);
+  std::vector<Stored> bs;
+  std::vector<PackedB> want(std::size(shapes)), got(std::size(shapes));
+  std::vector<PackBJob> jobs;
+  for (size_t j = 0; j < std::size(shapes); ++j) {
+    const Shape& s = shapes[j];
+    bs.push_back(store(draw(s.K * s.N, dtype, rng), s.K, s.N, dtype, j % 2 == 1));  // row-major and transposed
+    pack_b(s.K, s.N, bs[j].ref, dtype, path, want[j]);
+    jobs.push_back({s.K, s.N, bs[j].ref, dtype, &got[j]});
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (auto& g : got) std::fill(g.words.begin(), g.words.end(), 0xdeadbeefu);
+    const uint32_t* storage = got[0].words.data();
+    pack_b(jobs, path, &threads);
+    if (round == 1) EXPECT_EQ(got[0].words.data(), storage);  // packed again in place
+    for (size_t j = 0; j < std::size(shapes); ++j) {
+      ASSERT_EQ(got[j].words, want[j].words) << "job " << j << " round " << round;
+      EXPECT_EQ(got[j].K, want[j].K);
+      EXPECT_EQ(got[j].N, want[j].N);
+    }
+  }
+}
+
 TEST_P(GemmPaths, SumOfTermsIsOneGemmPerTermBitForBit) {
   // gemm_sum over K tiles (the NKI executor's chain of matmuls into one PSUM tile) equals gemm()
   // per term, accumulating after the first, whatever the thread split.

@@ -132,6 +132,53 @@ def test_uninitialized_memory_sentinels():
     assert torch.isnan(f).all() and (i == 4).all() and torch.isnan(b.float()).all()
 
 
+def test_memory_read_before_it_is_wholly_written_still_shows_sentinels():
+    # Fresh memory that is wholly written before any read skips the sentinel fill; anything else
+    # is filled, also where the arena reuses the bytes of a tile that held data a moment before.
+    a = randn(4, 8, seed=5)
+
+    def k(x):
+        outs = []
+        for step in range(3):
+            t = nl.ndarray((4, 8), nl.float32, buffer=nl.sbuf)  # the same arena bytes each step
+            if step == 1:  # half written, then read whole
+                nisa.dma_copy(dst=t[:, 0:4], src=x[:, 0:4])
+            else:  # written in two halves, then read
+                nisa.dma_copy(dst=t[:, 0:4], src=x[:, 0:4])
+                nisa.dma_copy(dst=t[:, 4:8], src=x[:, 4:8])
+            outs.append(to_hbm(t))
+        acc = nl.ndarray((8, 8), nl.float32, buffer=nl.psum)  # accumulate=True adds to the sentinels
+        nisa.nc_matmul(dst=acc, stationary=nl.load(x), moving=nl.load(x), accumulate=True)
+        outs.append(to_hbm(acc))
+        return tuple(outs)
+
+    kernel = nki.jit(k)
+    for _ in range(2):  # and again on the cached program
+        full, half, again, acc = kernel(a)
+        np.testing.assert_array_equal(full, a)
+        np.testing.assert_array_equal(again, a)
+        np.testing.assert_array_equal(half[:, 0:4], a[:, 0:4])
+        assert np.isnan(half[:, 4:8]).all()
+        assert np.isnan(acc).all()
+
+
+def test_a_cached_program_packs_new_moving_data_in_every_run():
+    # The host GEMM keeps a program's packed moving tiles between runs for their storage only:
+    # another run with other data (at the same place, in the same tile versions) uses that data.
+    def k(st, mv):
+        s, m = nl.load(st), nl.load(mv)
+        acc = nl.ndarray((64, 512), nl.float32, buffer=nl.psum)
+        for _ in range(2):  # the second matmul reuses the packed tile within the run
+            nisa.nc_matmul(dst=acc, stationary=s, moving=m, accumulate=False)
+        return to_hbm(acc)
+
+    kernel = nki.jit(k)
+    a = randn(128, 64, seed=1)
+    for seed in (2, 3, 4):
+        b = randn(128, 512, seed=seed)
+        np.testing.assert_allclose(kernel(a, b), a.astype(np.float64).T @ b, rtol=1e-5, atol=1e-4)
+
+
 def test_tuple_outputs():
     a = randn(16, 8)
 
