@@ -358,11 +358,12 @@ void empty_product(int64_t M, int64_t N, float* c, int64_t ldc, bool accumulate)
   for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
 }
 
-// One term of a product sum: A [M, K] times B [K, N], B as a matrix or as its panels.
+// One term of a product sum: A [M, K] times B [K, N], each as a matrix or as its panels.
 struct Term {
   MatrixRef a, b;
   const char* packed_b;  // B's panels (pack_b), or null: packed here from b
   int64_t K;
+  const char* packed_a = nullptr;  // A's panels (pack_a), or null: packed here from a
 };
 
 // C (+)= sum of the terms' products with kernel mk. Each term adds its K blocks to C in order,
@@ -379,7 +380,7 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
   for (size_t t = 0; t < nt; ++t) {
     depth[t] = pairs ? (terms[t].K + 1) / 2 : terms[t].K;
     a_at[t] = a_words, b_at[t] = b_words;
-    a_words += rp * mk.mr * depth[t];
+    if (!terms[t].packed_a) a_words += rp * mk.mr * depth[t];
     if (!terms[t].packed_b) b_words += cp * mk.nr * depth[t];
     work += M * N * terms[t].K;
   }
@@ -399,14 +400,18 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
   int64_t per_task = split_n ? mk.nc_panels : mk.mc_panels;
   if (threaded) per_task = std::max<int64_t>(1, std::min(per_task, (own + 7) / 8));  // at least 8 tasks
   const int64_t tasks = (own + per_task - 1) / per_task;
-  auto a_panel = [&](size_t t, int64_t p) { return pa + (a_at[t] + p * mk.mr * depth[t]) * kWord; };
+  auto a_panel = [&](size_t t, int64_t p) {
+    const char* base = terms[t].packed_a ? terms[t].packed_a : pa + a_at[t] * kWord;
+    return base + p * mk.mr * depth[t] * kWord;
+  };
   auto b_panel = [&](size_t t, int64_t q) {
     const char* base = terms[t].packed_b ? terms[t].packed_b : pb + b_at[t] * kWord;
     return base + q * mk.nr * depth[t] * kWord;
   };
   // Panels [p0, p1) of term t's A or B.
   auto pack_a = [&](size_t t, int64_t p0, int64_t p1) {
-    pack_panels(terms[t].a, M, terms[t].K, p0, p1, mk.mr, mk.panel, a_panel(t, 0));
+    if (terms[t].packed_a) return;
+    pack_panels(terms[t].a, M, terms[t].K, p0, p1, mk.mr, mk.panel, const_cast<char*>(a_panel(t, 0)));
   };
   auto pack_b = [&](size_t t, int64_t q0, int64_t q1) {
     if (terms[t].packed_b) return;
@@ -426,7 +431,9 @@ void run(const MicroKernel& mk, int64_t M, int64_t N, const std::vector<Term>& t
     }
   };
   const auto start = std::chrono::steady_clock::now();
-  const int64_t shared_panels = static_cast<int64_t>(nt) * shared;
+  bool prepacked = true;  // every term's shared side came packed: nothing to do (no region)
+  for (const Term& t : terms) prepacked = prepacked && (split_n ? t.packed_a : t.packed_b) != nullptr;
+  const int64_t shared_panels = prepacked ? 0 : static_cast<int64_t>(nt) * shared;
   if (threaded && shared_panels > 1) {
     (*options.parallel)(shared_panels, pack_shared);
   } else {
@@ -497,29 +504,34 @@ void pack_b(int64_t K, int64_t N, const MatrixRef& b, Dtype a_dtype, GemmPath pa
   pack_b({PackBJob{K, N, b, a_dtype, &out}}, path, nullptr);
 }
 
-void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor* parallel) {
-  check_supported(path);
-  std::vector<MicroKernel> mks;
+namespace {
+
+// One operand to pack whole: the R rows of x [R, K] as panels of P rows into `words` (sized here).
+struct PanelJob {
+  MatrixRef x;
+  int64_t R, K;
+  int P;
+  Panel panel;
+  std::vector<uint32_t>* words;
+};
+
+// The jobs' panels, split over `parallel`'s threads when there are enough of them.
+void pack_jobs(const std::vector<PanelJob>& jobs, const ParallelFor* parallel) {
   std::vector<int64_t> first(jobs.size() + 1, 0);  // panels of the jobs before each one
   int64_t elements = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    const PackBJob& job = jobs[j];
-    const MicroKernel mk = kernel_for(path, job.a_dtype, job.b.dtype);
-    const int64_t depth = mk.panel == Panel::kBf16Pairs ? (job.K + 1) / 2 : job.K, cp = (job.N + mk.nr - 1) / mk.nr;
-    PackedB& out = *job.out;
-    out.path = path, out.a_dtype = job.a_dtype, out.b_dtype = job.b.dtype, out.K = job.K, out.N = job.N;
-    out.words.resize(static_cast<size_t>(std::max<int64_t>(0, cp * mk.nr * depth)));
-    mks.push_back(mk);
-    first[j + 1] = first[j] + (job.K > 0 ? cp : 0);
-    elements += std::max<int64_t>(0, job.K) * job.N;
+    const PanelJob& job = jobs[j];
+    const int64_t depth = job.panel == Panel::kBf16Pairs ? (job.K + 1) / 2 : job.K, n = (job.R + job.P - 1) / job.P;
+    job.words->resize(static_cast<size_t>(std::max<int64_t>(0, n * job.P * depth)));
+    first[j + 1] = first[j] + (job.K > 0 ? n : 0);
+    elements += std::max<int64_t>(0, job.K) * job.R;
   }
   const auto body = [&](int64_t lo, int64_t hi) {
     for (size_t j = 0; j < jobs.size() && lo < hi; ++j) {
       const int64_t q0 = std::max(lo, first[j]), q1 = std::min(hi, first[j + 1]);
       if (q0 >= q1) continue;
-      const PackBJob& job = jobs[j];
-      pack_panels(MatrixRef{job.b.data, job.b.dtype, job.b.cs, job.b.rs}, job.N, job.K, q0 - first[j], q1 - first[j],
-                  mks[j].nr, mks[j].panel, job.out->words.data());
+      const PanelJob& job = jobs[j];
+      pack_panels(job.x, job.R, job.K, q0 - first[j], q1 - first[j], job.P, job.panel, job.words->data());
     }
   };
   // A 128 x 512 fp32 tile and up is worth waking the pool for (packing only moves memory).
@@ -529,6 +541,33 @@ void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor*
   } else {
     body(0, first.back());
   }
+}
+
+}  // namespace
+
+void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor* parallel) {
+  check_supported(path);
+  std::vector<PanelJob> panels;
+  for (const PackBJob& job : jobs) {
+    const MicroKernel mk = kernel_for(path, job.a_dtype, job.b.dtype);
+    PackedB& out = *job.out;
+    out.path = path, out.a_dtype = job.a_dtype, out.b_dtype = job.b.dtype, out.K = job.K, out.N = job.N;
+    // B's columns are the rows of its panels.
+    panels.push_back({MatrixRef{job.b.data, job.b.dtype, job.b.cs, job.b.rs}, job.N, job.K, mk.nr, mk.panel, &out.words});
+  }
+  pack_jobs(panels, parallel);
+}
+
+void pack_a(const std::vector<PackAJob>& jobs, GemmPath path, const ParallelFor* parallel) {
+  check_supported(path);
+  std::vector<PanelJob> panels;
+  for (const PackAJob& job : jobs) {
+    const MicroKernel mk = kernel_for(path, job.a.dtype, job.b_dtype);
+    PackedA& out = *job.out;
+    out.path = path, out.a_dtype = job.a.dtype, out.b_dtype = job.b_dtype, out.M = job.M, out.K = job.K;
+    panels.push_back({job.a, job.M, job.K, mk.mr, mk.panel, &out.words});
+  }
+  pack_jobs(panels, parallel);
 }
 
 namespace {
@@ -561,9 +600,16 @@ void gemm_sum(int64_t M, const std::vector<GemmTerm>& terms, float* c, int64_t l
     if (t.b->N != N || packed_kernel(options, t.a.dtype, *t.b).tile != mk.tile) {
       throw std::invalid_argument("cpu::gemm_sum: every term needs the same N and the same micro-kernel (dtypes)");
     }
+    const PackedA* pa = t.packed_a;
+    if (pa && (pa->path != options.path || pa->M != M || pa->K != t.b->K || pa->a_dtype != t.a.dtype ||
+               kernel_for(pa->path, pa->a_dtype, pa->b_dtype).tile != mk.tile)) {
+      throw std::invalid_argument("cpu::gemm_sum: A was packed for another path, shape or dtypes; pack it again "
+                                  "for this product");
+    }
     // A term with K == 0 adds nothing (and cannot be the one that overwrites C).
     if (t.b->K > 0) run_terms.push_back(Term{t.a, MatrixRef{nullptr, t.b->b_dtype, 0, 0},
-                                             reinterpret_cast<const char*>(t.b->words.data()), t.b->K});
+                                             reinterpret_cast<const char*>(t.b->words.data()), t.b->K,
+                                             pa ? reinterpret_cast<const char*>(pa->words.data()) : nullptr});
   }
   if (run_terms.empty()) return empty_product(M, N, c, ldc, options.accumulate);
   run(mk, M, N, run_terms, c, ldc, options);

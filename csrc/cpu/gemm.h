@@ -94,6 +94,23 @@ struct PackBJob {
 };
 void pack_b(const std::vector<PackBJob>& jobs, GemmPath path, const ParallelFor* parallel);
 
+// A [M, K] packed once for several products that share it (the NKI executor's stationary tiles,
+// one against every column block of b), in batches like pack_b. Valid for the path and B dtype it
+// was packed for.
+struct PackedA {
+  GemmPath path = GemmPath::kScalar;
+  Dtype a_dtype = Dtype::kFloat32, b_dtype = Dtype::kFloat32;
+  int64_t M = 0, K = 0;
+  std::vector<uint32_t> words;  // the path's panels
+};
+struct PackAJob {
+  int64_t M, K;
+  MatrixRef a;
+  Dtype b_dtype;
+  PackedA* out;  // not owned; distinct per job
+};
+void pack_a(const std::vector<PackAJob>& jobs, GemmPath path, const ParallelFor* parallel);
+
 // gemm() with B packed beforehand: the same results as with B itself.
 void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc, const GemmOptions& options);
 
@@ -103,7 +120,8 @@ void gemm(int64_t M, const MatrixRef& a, const PackedB& b, float* c, int64_t ldc
 // chain of matmuls accumulating into one PSUM tile this way, each too small to thread alone.
 struct GemmTerm {
   MatrixRef a;
-  const PackedB* b;  // not owned
+  const PackedB* b;                   // not owned
+  const PackedA* packed_a = nullptr;  // A's panels (pack_a) instead of `a`; not owned
 };
 void gemm_sum(int64_t M, const std::vector<GemmTerm>& terms, float* c, int64_t ldc, const GemmOptions& options);
 

@@ -136,46 +136,71 @@ size_t Program::State::matmul(const Instr* in, size_t n) {
     R.resize(M * N);
     out = R.data();
   }
-  // One term per matmul. The moving tile is often the same SBUF data for many matmuls (one
-  // column block of b against every row block of a): it is packed once per version of its tensor,
-  // the terms' tiles read in place together over the host's threads.
+  // One term per matmul. Operand tiles are often the same SBUF data for many matmuls (a column
+  // block of b against every row block of a, a row block of a.T against every column block): a
+  // tile read in place is packed once per version of its tensor, the terms' tiles together over
+  // the host's threads. Entries are keyed by where the tile starts in the arena: tiles that take
+  // over a place take over its entry, so a program holds about one SBUF of packed tiles however
+  // many it loads.
+  const auto key_of = [&](const Access& x) {
+    const TensorDecl& decl = p.k_.tensors[x.tensor];
+    return decl.external < 0 ? p.offset_[x.tensor] + x.offset * static_cast<int64_t>(dtype_size(decl.dtype))
+                             : -1 - ((static_cast<int64_t>(x.tensor) << 40) ^ x.offset);
+  };
+  const auto holds = [&](const auto& e, const Access& x) {
+    return e.tensor == x.tensor && e.version == version_[x.tensor] && e.offset == x.offset && same_dims(e.dims, x.dims);
+  };
+  const auto take = [&](auto& e, const Access& x) {
+    e.tensor = x.tensor, e.version = version_[x.tensor], e.offset = x.offset, e.dims = x.dims;
+  };
   const cpu::GemmOptions options = cpu::default_gemm_options(&host_parallel_for(), add);
   std::vector<cpu::GemmTerm>& terms = terms_;
-  std::vector<cpu::PackBJob>& jobs = pack_jobs_;
+  std::vector<cpu::PackAJob>& a_jobs = pack_a_jobs_;
+  std::vector<cpu::PackBJob>& b_jobs = pack_b_jobs_;
   terms.clear();
-  jobs.clear();
+  a_jobs.clear();
+  b_jobs.clear();
   for (size_t j = 0; j < n; ++j) {
     const Access &sj = in[j].args[1], &mv = in[j].args[2];
     const int64_t K = sj.partitions();
     // Later terms are read in place only (a gathered one would share buf[1] with the first).
     int64_t ld = 0;
-    if (j > 0 && !in_place_operand(sj, M, &ld)) break;
+    const bool a_in_place = in_place_operand(sj, M, &ld);
+    if (j > 0 && !a_in_place) break;
     const cpu::MatrixRef a = matmul_operand(sj, M, true, 1);
-    // Keyed by where the tile starts in the arena: tiles that take over a place take over its
-    // entry, so a program holds about one SBUF of packed tiles however many it loads.
-    const TensorDecl& decl = p.k_.tensors[mv.tensor];
-    const int64_t key = decl.external < 0 ? p.offset_[mv.tensor] + mv.offset * static_cast<int64_t>(dtype_size(decl.dtype))
-                                          : -1 - ((static_cast<int64_t>(mv.tensor) << 40) ^ mv.offset);
-    PackedMoving& pm = p.packed_moving_[key];
-    const bool fresh = pm.tensor == mv.tensor && pm.version == version_[mv.tensor] && pm.offset == mv.offset &&
-                       same_dims(pm.dims, mv.dims) && pm.b.path == options.path && pm.b.a_dtype == a.dtype &&
-                       pm.b.K == K && pm.b.N == N;
-    if (!fresh) {
+    PackedTile<cpu::PackedB>& pm = p.packed_moving_[key_of(mv)];
+    if (!(holds(pm, mv) && pm.packed.path == options.path && pm.packed.a_dtype == a.dtype && pm.packed.K == K &&
+          pm.packed.N == N)) {
       bool in_use = false;  // by an earlier term of this sum (the same key, another view)
-      for (const cpu::GemmTerm& t : terms) in_use = in_use || t.b == &pm.b;
+      for (const cpu::GemmTerm& t : terms) in_use = in_use || t.b == &pm.packed;
       if (in_use) break;
       const bool in_place = in_place_operand(mv, N, &ld);
       const cpu::MatrixRef b = matmul_operand(mv, N, false, 2);
       if (in_place) {
-        jobs.push_back({K, N, b, a.dtype, &pm.b});
+        b_jobs.push_back({K, N, b, a.dtype, &pm.packed});
       } else {  // gathered into buf[2]: packed before the next term's gather reuses it
-        cpu::pack_b(K, N, b, a.dtype, options.path, pm.b);
+        cpu::pack_b(K, N, b, a.dtype, options.path, pm.packed);
       }
-      pm.tensor = mv.tensor, pm.version = version_[mv.tensor], pm.offset = mv.offset, pm.dims = mv.dims;
+      take(pm, mv);
     }
-    terms.push_back({a, &pm.b});
+    const cpu::PackedA* packed_a = nullptr;  // a gathered stationary is packed by the GEMM itself
+    if (a_in_place) {
+      const cpu::Dtype b_dtype = in_place_operand(mv, N, &ld) ? matmul_operand(mv, N, false, 2).dtype : cpu::Dtype::kFloat32;
+      PackedTile<cpu::PackedA>& ps = p.packed_stationary_[key_of(sj)];
+      if (!(holds(ps, sj) && ps.packed.path == options.path && ps.packed.a_dtype == a.dtype &&
+            ps.packed.b_dtype == b_dtype && ps.packed.M == M && ps.packed.K == K)) {
+        bool in_use = false;
+        for (const cpu::GemmTerm& t : terms) in_use = in_use || t.packed_a == &ps.packed;
+        if (in_use) break;
+        a_jobs.push_back({M, K, a, b_dtype, &ps.packed});
+        take(ps, sj);
+      }
+      packed_a = &ps.packed;
+    }
+    terms.push_back({a, &pm.packed, packed_a});
   }
-  cpu::pack_b(jobs, options.path, &host_parallel_for());
+  cpu::pack_a(a_jobs, options.path, &host_parallel_for());
+  cpu::pack_b(b_jobs, options.path, &host_parallel_for());
   cpu::gemm_sum(M, terms, out, ldo, options);
   if (!direct) accumulate_psum(in[0], dst, R, M, N);
   return terms.size();

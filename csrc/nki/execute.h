@@ -76,16 +76,18 @@ class Program {
   std::vector<uint8_t> psum_written_;       // per arena byte: a matmul wrote this PSUM element
   std::vector<uint8_t> fill_patterns_[16];  // per dtype: 4096 encoded sentinels
   std::vector<int8_t> fill_;                 // per tensor: 1 sentinels, 0 none needed, -1 not known yet
-  // Moving tiles packed for the host GEMM, by arena position, valid for (tensor, offset, dims)
-  // while the tensor's version in the running launch holds; kept across launches for their
+  // Matmul operand tiles packed for the host GEMM, by arena position, valid for (tensor, offset,
+  // dims) while the tensor's version in the running launch holds; kept across launches for their
   // storage only.
-  struct PackedMoving {
+  template <class Packed>
+  struct PackedTile {
     int tensor = -1;
     int64_t version = -1, offset = 0;
     std::vector<Dim> dims;
-    cpu::PackedB b;
+    Packed packed;
   };
-  std::unordered_map<int64_t, PackedMoving> packed_moving_;
+  std::unordered_map<int64_t, PackedTile<cpu::PackedB>> packed_moving_;
+  std::unordered_map<int64_t, PackedTile<cpu::PackedA>> packed_stationary_;
   std::mutex mu_;
 };
 

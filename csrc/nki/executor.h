@@ -56,7 +56,9 @@ void for_runs(const Access& a, F&& f) {
 
 struct Program::State {
   State(Program& program, const std::vector<void*>& external) : p(program), ext(external) {
-    for (auto& [key, pm] : p.packed_moving_) pm.version = -1;  // versions count from 0 in each launch
+    // Versions count from 0 in each launch: no packed tile of an earlier one is valid.
+    for (auto& [key, e] : p.packed_moving_) e.version = -1;
+    for (auto& [key, e] : p.packed_stationary_) e.version = -1;
   }
   Program& p;
   const std::vector<void*>& ext;
@@ -140,7 +142,8 @@ struct Program::State {
   // A matmul operand as the host GEMM reads it (in place when dense, else gathered to buf[slot]).
   cpu::MatrixRef matmul_operand(const Access& a, int64_t X, bool stationary, int slot);
   bool in_place_operand(const Access& a, int64_t X, int64_t* ld) const;
-  std::vector<cpu::PackBJob> pack_jobs_;
+  std::vector<cpu::PackAJob> pack_a_jobs_;
+  std::vector<cpu::PackBJob> pack_b_jobs_;
 
   // ---- GpSimd (engine_gpsimd.cpp) ----
   // iota's / affine_select's affine value per element (offset, channel_multiplier, pattern).

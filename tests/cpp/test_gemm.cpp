@@ -289,6 +289,33 @@ TEST_P(GemmPaths, SumOfTermsIsOneGemmPerTermBitForBit) {
       ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << "accumulate=" << accumulate;
     }
   }
+  // With A packed beforehand (pack_a, over threads): the same bits; A packed for another M refused.
+  std::vector<PackedA> packed_a(std::size(Ks));
+  std::vector<PackAJob> a_jobs;
+  for (size_t t = 0; t < std::size(Ks); ++t) a_jobs.push_back({M, Ks[t], as[t].ref, dtype, &packed_a[t]});
+  pack_a(a_jobs, path, &threads);
+  for (const size_t every : {size_t{2}, size_t{1}}) {  // every other term's A packed beforehand, then all
+    std::vector<GemmTerm> prepacked = terms;
+    for (size_t t = 0; t < std::size(Ks); t += every) prepacked[t].packed_a = &packed_a[t];
+    for (const ParallelFor* par : {static_cast<const ParallelFor*>(nullptr), &threads}) {
+      std::vector<float> want(M * N, 0.5f), got(M * N, 0.5f);
+      GemmOptions o;
+      o.path = path;
+      o.parallel = par;
+      gemm_sum(M, terms, want.data(), N, o);
+      gemm_sum(M, prepacked, got.data(), N, o);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << "every " << every;
+    }
+  }
+  {
+    PackedA short_a;
+    pack_a({PackAJob{M - 1, Ks[0], as[0].ref, dtype, &short_a}}, path, nullptr);
+    std::vector<GemmTerm> wrong{{as[0].ref, &packed[0], &short_a}};
+    std::vector<float> c(M * N);
+    GemmOptions o;
+    o.path = path;
+    EXPECT_THROW(gemm_sum(M, wrong, c.data(), N, o), std::invalid_argument);
+  }
   PackedB narrow;  // another N: refused
   pack_b(Ks[0], N - 1, bs[0].ref, dtype, path, narrow);
   std::vector<GemmTerm> mixed{terms[0], {as[0].ref, &narrow}};

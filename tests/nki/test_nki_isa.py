@@ -162,21 +162,27 @@ def test_memory_read_before_it_is_wholly_written_still_shows_sentinels():
         assert np.isnan(acc).all()
 
 
-def test_a_cached_program_packs_new_moving_data_in_every_run():
-    # The host GEMM keeps a program's packed moving tiles between runs for their storage only:
-    # another run with other data (at the same place, in the same tile versions) uses that data.
+def test_a_cached_program_packs_new_operand_data_in_every_run():
+    # The host GEMM keeps a program's packed operand tiles between runs for their storage only:
+    # another run with other data (at the same places, in the same tile versions) uses that data.
+    # Within a run, a stationary tile meets two moving tiles and a moving tile two stationary ones.
     def k(st, mv):
-        s, m = nl.load(st), nl.load(mv)
-        acc = nl.ndarray((64, 512), nl.float32, buffer=nl.psum)
-        for _ in range(2):  # the second matmul reuses the packed tile within the run
-            nisa.nc_matmul(dst=acc, stationary=s, moving=m, accumulate=False)
-        return to_hbm(acc)
+        s0, s1 = nl.load(st[:, 0:64]), nl.load(st[:, 64:128])
+        m0, m1 = nl.load(mv[:, 0:512]), nl.load(mv[:, 512:1024])
+        outs = []
+        for s, m in ((s0, m0), (s0, m1), (s1, m1)):
+            acc = nl.ndarray((64, 512), nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc, stationary=s, moving=m)
+            outs.append(to_hbm(acc))
+        return tuple(outs)
 
     kernel = nki.jit(k)
-    a = randn(128, 64, seed=1)
     for seed in (2, 3, 4):
-        b = randn(128, 512, seed=seed)
-        np.testing.assert_allclose(kernel(a, b), a.astype(np.float64).T @ b, rtol=1e-5, atol=1e-4)
+        a, b = randn(128, 128, seed=seed), randn(128, 1024, seed=seed + 10)
+        got = kernel(a, b)
+        for g, (i, j) in zip(got, ((0, 0), (0, 1), (1, 1))):
+            want = a[:, 64 * i:64 * i + 64].astype(np.float64).T @ b[:, 512 * j:512 * j + 512]
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-4)
 
 
 def test_tuple_outputs():
