@@ -149,13 +149,7 @@ void pack_f32(const MatrixRef& x, int64_t R, int64_t K, int64_t r0, int P, float
       const auto* s = src + (r0 + i) * x.rs;
       for (int64_t k = 0; k < K; ++k) dst[k * P + i] = E::load(s[k]);
     }
-  } else if (x.rs == 1) {  // columns contiguous along i: the panel's row k is a plain copy
-    for (int64_t k = 0; k < K; ++k) {
-      const auto* s = src + k * x.cs + r0;
-      float* d = dst + k * P;
-      for (int64_t i = 0; i < rows; ++i) d[i] = E::load(s[i]);
-    }
-  } else {
+  } else {  // (columns contiguous along i, x.rs == 1, are packed by pack_f32_columns)
     for (int64_t k = 0; k < K; ++k) {
       const auto* s = src + k * x.cs + r0 * x.rs;
       for (int64_t i = 0; i < rows; ++i) dst[k * P + i] = E::load(s[i * x.rs]);

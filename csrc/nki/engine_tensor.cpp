@@ -38,18 +38,23 @@ bool Program::State::in_place_operand(const Access& a, int64_t X, int64_t* ld) c
   return (d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16) && dense_row(a, ld) == X;
 }
 
+// The dtype the GEMM reads a matmul operand in: its own when in place, else fp32 (gathered).
+cpu::Dtype Program::State::operand_dtype(const Access& a, bool in_place) const {
+  if (!in_place) return cpu::Dtype::kFloat32;
+  const DType d = dt(a);
+  return d == DType::kFloat32 ? cpu::Dtype::kFloat32 : d == DType::kBFloat16 ? cpu::Dtype::kBFloat16 : cpu::Dtype::kFloat16;
+}
+
 // nc_matmul's operand as the GEMM's: stationary S [K, M] is A transposed (A[m, k] = S[k, m]),
 // moving V [K, N] is B. fp32/bf16/fp16 tiles whose partitions hold contiguous elements are read
 // in place; anything else is gathered to fp32 into buf[slot] first.
 cpu::MatrixRef Program::State::matmul_operand(const Access& a, int64_t X, bool stationary, int slot) {
-  const DType d = dt(a);
   int64_t ld = X;
+  const bool in_place = in_place_operand(a, X, &ld);
+  const cpu::Dtype kind = operand_dtype(a, in_place);
   const void* data = nullptr;
-  cpu::Dtype kind = cpu::Dtype::kFloat32;
-  if (in_place_operand(a, X, &ld)) {
-    data = base(a.tensor) + a.offset * dtype_size(d);
-    kind = d == DType::kFloat32 ? cpu::Dtype::kFloat32 : d == DType::kBFloat16 ? cpu::Dtype::kBFloat16
-                                                                                : cpu::Dtype::kFloat16;
+  if (in_place) {
+    data = base(a.tensor) + a.offset * dtype_size(dt(a));
   } else {
     data = gather(a, slot);
     ld = X;
@@ -168,15 +173,15 @@ size_t Program::State::matmul(const Instr* in, size_t n) {
     const bool a_in_place = in_place_operand(sj, M, &ld);
     if (j > 0 && !a_in_place) break;
     const cpu::MatrixRef a = matmul_operand(sj, M, true, 1);
+    const bool b_in_place = in_place_operand(mv, N, &ld);
     PackedTile<cpu::PackedB>& pm = p.packed_moving_[key_of(mv)];
     if (!(holds(pm, mv) && pm.packed.path == options.path && pm.packed.a_dtype == a.dtype && pm.packed.K == K &&
           pm.packed.N == N)) {
       bool in_use = false;  // by an earlier term of this sum (the same key, another view)
       for (const cpu::GemmTerm& t : terms) in_use = in_use || t.b == &pm.packed;
       if (in_use) break;
-      const bool in_place = in_place_operand(mv, N, &ld);
       const cpu::MatrixRef b = matmul_operand(mv, N, false, 2);
-      if (in_place) {
+      if (b_in_place) {
         b_jobs.push_back({K, N, b, a.dtype, &pm.packed});
       } else {  // gathered into buf[2]: packed before the next term's gather reuses it
         cpu::pack_b(K, N, b, a.dtype, options.path, pm.packed);
@@ -185,7 +190,7 @@ size_t Program::State::matmul(const Instr* in, size_t n) {
     }
     const cpu::PackedA* packed_a = nullptr;  // a gathered stationary is packed by the GEMM itself
     if (a_in_place) {
-      const cpu::Dtype b_dtype = in_place_operand(mv, N, &ld) ? matmul_operand(mv, N, false, 2).dtype : cpu::Dtype::kFloat32;
+      const cpu::Dtype b_dtype = operand_dtype(mv, b_in_place);
       PackedTile<cpu::PackedA>& ps = p.packed_stationary_[key_of(sj)];
       if (!(holds(ps, sj) && ps.packed.path == options.path && ps.packed.a_dtype == a.dtype &&
             ps.packed.b_dtype == b_dtype && ps.packed.M == M && ps.packed.K == K)) {

@@ -142,6 +142,7 @@ struct Program::State {
   // A matmul operand as the host GEMM reads it (in place when dense, else gathered to buf[slot]).
   cpu::MatrixRef matmul_operand(const Access& a, int64_t X, bool stationary, int slot);
   bool in_place_operand(const Access& a, int64_t X, int64_t* ld) const;
+  cpu::Dtype operand_dtype(const Access& a, bool in_place) const;
   std::vector<cpu::PackAJob> pack_a_jobs_;
   std::vector<cpu::PackBJob> pack_b_jobs_;
 

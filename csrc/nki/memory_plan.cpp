@@ -60,7 +60,12 @@ void Program::plan() {
   }
   arena_.assign(top, 0);
   psum_written_.assign(top, 0);
-  fill_.assign(nt, -1);  // decided by the first run (building a program, for the estimate too, stays cheap)
+  // Decided by the first run (building a program, for the estimate too, stays cheap), except
+  // that a tensor another one aliases is always filled.
+  fill_.assign(nt, -1);
+  for (const TensorDecl& d : k_.tensors) {
+    if (d.alias >= 0) fill_[d.alias] = 1;
+  }
 }
 
 namespace {
@@ -85,15 +90,12 @@ bool plain_write(const Instr& in) {
 
 // Whether tensor t, alive from instruction i, is wholly written by plain writes of static
 // accesses before anything reads it (within a few instructions): then its sentinels could never
-// be seen, and filling it is skipped. An aliased tensor is always filled.
+// be seen, and filling it is skipped. (Aliased tensors are not asked: plan() fills them.)
 bool Program::written_before_read(int t, size_t i) const {
   constexpr size_t kWindow = 64;
   constexpr int64_t kMaxElements = int64_t{1} << 26;
   const int64_t n = k_.tensors[t].elements();
   if (n <= 0 || n > kMaxElements) return false;
-  for (const TensorDecl& d : k_.tensors) {
-    if (d.alias == t) return false;
-  }
   std::vector<uint8_t> seen;
   int64_t covered = 0;
   for (size_t j = i; j < k_.instrs.size() && j < i + kWindow; ++j) {
@@ -130,11 +132,11 @@ void Program::check_external(const std::vector<void*>& external) const {
 void Program::prepare(size_t i) {
   for (int t : alloc_at_[i]) {  // fresh memory: NaN / 4 sentinels, no matmul writes yet
     const TensorDecl& d = k_.tensors[t];
-    if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, d.elements());
+    const int64_t n = d.elements();
+    if (d.buffer == Buffer::kPsum) std::memset(psum_written_.data() + offset_[t], 0, n);
     if (fill_[t] < 0) fill_[t] = written_before_read(t, i) ? 0 : 1;
     if (fill_[t] == 0) continue;
     // The sentinel pattern is encoded once per dtype, then copied.
-    const int64_t n = d.elements();
     const size_t es = dtype_size(d.dtype);
     std::vector<uint8_t>& pattern = fill_patterns_[static_cast<int>(d.dtype)];
     if (pattern.empty()) {

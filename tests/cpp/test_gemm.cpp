@@ -71,6 +71,17 @@ std::vector<float> draw(int64_t n, Dtype dtype, std::mt19937& rng) {
   return v;
 }
 
+// A ParallelFor that runs [0, n) split into `count` ranges on as many threads at once.
+ParallelFor split_over_threads(int count) {
+  return [count](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::vector<std::thread> ts;
+    for (int64_t t = 0; t < count; ++t) {
+      if (n * t / count < n * (t + 1) / count) ts.emplace_back(body, n * t / count, n * (t + 1) / count);
+    }
+    for (auto& t : ts) t.join();
+  };
+}
+
 struct Shape {
   int64_t M, N, K;
 };
@@ -170,13 +181,7 @@ TEST_P(GemmPaths, AccumulatesIntoCAndIsIndependentOfTheThreadSplit) {
   const ParallelFor ones = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
     for (int64_t i = n - 1; i >= 0; --i) body(i, i + 1);  // one task at a time, backwards
   };
-  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-    std::vector<std::thread> ts;
-    for (int64_t t = 0; t < 3; ++t) {
-      if (n * t / 3 < n * (t + 1) / 3) ts.emplace_back(body, n * t / 3, n * (t + 1) / 3);
-    }
-    for (auto& t : ts) t.join();
-  };
+  const ParallelFor threads = split_over_threads(3);
   const auto serial = run(path, s, a.ref, b.ref, s.N);
   for (const ParallelFor* par : {&ones, &threads}) {
     const auto split = run(path, s, a.ref, b.ref, s.N, par);
@@ -221,11 +226,7 @@ TEST_P(GemmPaths, PackingSeveralBAtOnceOverThreadsGivesWhatEachPackGives) {
   // The NKI executor packs a chain's moving tiles together over the host's threads, into
   // PackedB it packed before (same shape: storage kept): each must hold pack_b's panels.
   const auto [path, dtype] = GetParam();
-  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-    std::vector<std::thread> ts;
-    for (int64_t t = 0; t < 3; ++t) ts.emplace_back(body, n * t / 3, n * (t + 1) / 3);
-    for (auto& t : ts) t.join();
-  };
+  const ParallelFor threads = split_over_threads(3);
   const Shape shapes[] = {{0, 512, 128}, {0, 257, 300}, {0, 31, 7}, {0, 16, 1}, {0, 700, 128}};
   std::mt19937 rng(5);
   std::vector<Stored> bs;
@@ -254,11 +255,7 @@ TEST_P(GemmPaths, SumOfTermsIsOneGemmPerTermBitForBit) {
   // gemm_sum over K tiles (the NKI executor's chain of matmuls into one PSUM tile) equals gemm()
   // per term, accumulating after the first, whatever the thread split.
   const auto [path, dtype] = GetParam();
-  const ParallelFor threads = [](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-    std::vector<std::thread> ts;
-    for (int64_t t = 0; t < 2; ++t) ts.emplace_back(body, n * t / 2, n * (t + 1) / 2);
-    for (auto& t : ts) t.join();
-  };
+  const ParallelFor threads = split_over_threads(2);
   const int64_t M = 70, N = 200;
   const int64_t Ks[] = {128, 128, 37, 300};  // odd and over one K block
   std::mt19937 rng(11);
